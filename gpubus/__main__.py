@@ -1,0 +1,5 @@
+"""``python -m gpubus`` runs the CLI."""
+
+from gpubus.cli import main
+
+main()

@@ -1,0 +1,47 @@
+"""Errors shared by every package, grouped by what the caller should do about them.
+
+``Retryable`` means "try again later" (the bus is down, a lease is held); ``BadInput``
+means the input is at fault and retrying the same input will fail the same way.
+"""
+
+from __future__ import annotations
+
+
+class GpubusError(Exception):
+    """Base of every error gpubus raises on purpose."""
+
+
+class Retryable(GpubusError):
+    """A transient condition: the same call may succeed later."""
+
+
+class BadInput(GpubusError):
+    """The input is malformed or violates the contract; never retry it unchanged."""
+
+
+class EventDecodeError(BadInput):
+    """An event body could not be decoded (malformed, too large, unknown kind or version)."""
+
+
+class AnnotationError(BadInput):
+    """A HAMi annotation value does not follow its encoding."""
+
+
+class RequestError(BadInput):
+    """A container's GPU resource quantities are invalid."""
+
+
+class BusUnavailable(Retryable):
+    """NATS cannot be reached right now."""
+
+
+class LeaseHeld(Retryable):
+    """A KV lease (node lock, leader lease) is owned by someone else."""
+
+
+class LeaseLost(GpubusError):
+    """A lease we held was taken over or expired; the holder must stop acting on it."""
+
+
+class CasConflict(Retryable):
+    """A KV compare-and-set lost against a concurrent writer."""

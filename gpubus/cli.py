@@ -18,6 +18,12 @@ app = typer.Typer(
     add_completion=False,
 )
 
+@app.callback()
+def _root() -> None:
+    """Kubernetes GPU sharing (HAMi-compatible) as event-driven services on NATS."""
+    # A callback keeps `gpubus <command>` a group even while only one command is registered.
+
+
 #: Modules that contribute commands; each has ``register(app: typer.Typer) -> None``.
 COMMAND_MODULES = (
     "services.webhook.cli",

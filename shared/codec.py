@@ -24,19 +24,28 @@ from shared.events import CATALOGUE, Event
 MAX_EVENT_BYTES = 1 << 20
 
 T = TypeVar("T")
-_Converter = Callable[[Any, str], Any]
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def to_wire(value: Any) -> Any:
     """A dataclass tree as plain dicts/lists (msgpack and JSON friendly)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    cls = type(value)
+    if cls in _SCALARS:
+        return value
+    names = _FIELD_NAMES.get(cls)
+    if names is None and dataclasses.is_dataclass(cls):
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    if names is not None:
+        return {name: to_wire(getattr(value, name)) for name in names}
+    if isinstance(value, enum.Enum):
+        return value.value
     if isinstance(value, tuple | list):
         return [to_wire(v) for v in value]
     if isinstance(value, dict):
         return {k: to_wire(v) for k, v in value.items()}
-    if isinstance(value, enum.Enum):
-        return value.value
     return value
 
 
@@ -45,7 +54,8 @@ def encode(event: Event) -> bytes:
     body = to_wire(event)
     body["kind"] = event.KIND
     body["v"] = event.VERSION
-    return msgpack.packb(body, use_bin_type=True)
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return packed
 
 
 def decode(data: bytes, max_bytes: int = MAX_EVENT_BYTES) -> Event:
@@ -71,15 +81,34 @@ def decode_body(body: Any) -> Event:
     if not isinstance(version, int) or isinstance(version, bool):
         raise EventDecodeError(f"{kind}: missing or invalid version {version!r}")
     if version > cls.VERSION or version < 1:
-        raise EventDecodeError(f"{kind}: unsupported major version {version} (this build knows {cls.VERSION})")
-    return typing.cast(Event, from_wire(cls, body))
+        raise EventDecodeError(
+            f"{kind}: unsupported major version {version} (this build knows {cls.VERSION})"
+        )
+    return from_wire(cls, body)
 
 
 def from_wire(cls: type[T], body: Any, where: str = "") -> T:
     """Build dataclass ``cls`` from a plain map, converting nested values by type hints."""
-    return typing.cast(T, _converter_for(cls)(body, where or cls.__name__))
+    try:
+        return typing.cast(T, _converter_for(cls)(body))
+    except _FieldError as e:
+        raise EventDecodeError(f"{where or cls.__name__}{e.path}: {e.problem}") from None
 
 
+class _FieldError(Exception):
+    """Raised inside converters; the path is built only on the error path, never per field."""
+
+    def __init__(self, problem: str, path: str = "") -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path = path
+
+    def under(self, segment: str) -> _FieldError:
+        self.path = segment + self.path
+        return self
+
+
+_Converter = Callable[[Any], Any]
 _CACHE: dict[Any, _Converter] = {}
 
 
@@ -106,31 +135,33 @@ def _build_converter(tp: Any) -> _Converter:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _enum_converter(tp)
     if tp is Any:
-        return lambda v, where: v
+        return lambda v: v
     if tp in (str, int, float, bool):
         return _scalar_converter(tp)
     raise TypeError(f"codec cannot convert type {tp!r}")
 
 
 def _scalar_converter(tp: type) -> _Converter:
-    def conv(v: Any, where: str) -> Any:
-        if tp is float and isinstance(v, int) and not isinstance(v, bool):
+    def conv(v: Any) -> Any:
+        if type(v) is tp:
+            return v
+        if tp is float and type(v) is int:
             return float(v)
         if tp is int and isinstance(v, bool):
-            raise EventDecodeError(f"{where}: expected int, got bool")
+            raise _FieldError("expected int, got bool")
         if not isinstance(v, tp):
-            raise EventDecodeError(f"{where}: expected {tp.__name__}, got {type(v).__name__}")
+            raise _FieldError(f"expected {tp.__name__}, got {type(v).__name__}")
         return v
 
     return conv
 
 
 def _enum_converter(tp: type[enum.Enum]) -> _Converter:
-    def conv(v: Any, where: str) -> Any:
+    def conv(v: Any) -> Any:
         try:
             return tp(v)
-        except ValueError as e:
-            raise EventDecodeError(f"{where}: {v!r} is not a valid {tp.__name__}") from e
+        except ValueError:
+            raise _FieldError(f"{v!r} is not a valid {tp.__name__}") from None
 
     return conv
 
@@ -141,8 +172,8 @@ def _union_converter(args: tuple[Any, ...]) -> _Converter:
         raise TypeError(f"codec supports only Optional unions, got {args!r}")
     inner = _converter_for(non_none[0])
 
-    def conv(v: Any, where: str) -> Any:
-        return None if v is None else inner(v, where)
+    def conv(v: Any) -> Any:
+        return None if v is None else inner(v)
 
     return conv
 
@@ -151,18 +182,30 @@ def _tuple_converter(args: tuple[Any, ...]) -> _Converter:
     if len(args) == 2 and args[1] is Ellipsis:
         item = _converter_for(args[0])
 
-        def conv(v: Any, where: str) -> Any:
+        def conv(v: Any) -> Any:
             if not isinstance(v, list | tuple):
-                raise EventDecodeError(f"{where}: expected a list, got {type(v).__name__}")
-            return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+                raise _FieldError(f"expected a list, got {type(v).__name__}")
+            out = []
+            for i, x in enumerate(v):
+                try:
+                    out.append(item(x))
+                except _FieldError as e:
+                    raise e.under(f"[{i}]") from None
+            return tuple(out)
 
         return conv
     items = [_converter_for(a) for a in args]
 
-    def conv_fixed(v: Any, where: str) -> Any:
+    def conv_fixed(v: Any) -> Any:
         if not isinstance(v, list | tuple) or len(v) != len(items):
-            raise EventDecodeError(f"{where}: expected a list of {len(items)}")
-        return tuple(c(x, f"{where}[{i}]") for i, (c, x) in enumerate(zip(items, v, strict=True)))
+            raise _FieldError(f"expected a list of {len(items)}")
+        out = []
+        for i, (c, x) in enumerate(zip(items, v, strict=True)):
+            try:
+                out.append(c(x))
+            except _FieldError as e:
+                raise e.under(f"[{i}]") from None
+        return tuple(out)
 
     return conv_fixed
 
@@ -171,10 +214,16 @@ def _dict_converter(args: tuple[Any, ...]) -> _Converter:
     key = _converter_for(args[0])
     value = _converter_for(args[1])
 
-    def conv(v: Any, where: str) -> Any:
+    def conv(v: Any) -> Any:
         if not isinstance(v, dict):
-            raise EventDecodeError(f"{where}: expected a map, got {type(v).__name__}")
-        return {key(k, where): value(x, f"{where}.{k}") for k, x in v.items()}
+            raise _FieldError(f"expected a map, got {type(v).__name__}")
+        out = {}
+        for k, x in v.items():
+            try:
+                out[key(k)] = value(x)
+            except _FieldError as e:
+                raise e.under(f".{k}") from None
+        return out
 
     return conv
 
@@ -182,20 +231,23 @@ def _dict_converter(args: tuple[Any, ...]) -> _Converter:
 def _dataclass_converter(cls: type) -> _Converter:
     hints = typing.get_type_hints(cls)
     fields = [
-        (f.name, _converter_for(hints[f.name]), f.default is dataclasses.MISSING
-         and f.default_factory is dataclasses.MISSING)
+        (f.name, _converter_for(hints[f.name]),
+         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
         for f in dataclasses.fields(cls)
     ]
 
-    def conv(v: Any, where: str) -> Any:
+    def conv(v: Any) -> Any:
         if not isinstance(v, dict):
-            raise EventDecodeError(f"{where}: expected a map, got {type(v).__name__}")
+            raise _FieldError(f"expected a map, got {type(v).__name__}")
         kwargs: dict[str, Any] = {}
         for name, field_conv, required in fields:
             if name in v:
-                kwargs[name] = field_conv(v[name], f"{where}.{name}")
+                try:
+                    kwargs[name] = field_conv(v[name])
+                except _FieldError as e:
+                    raise e.under(f".{name}") from None
             elif required:
-                raise EventDecodeError(f"{where}: missing field {name!r}")
+                raise _FieldError(f"missing field {name!r}")
         return cls(**kwargs)
 
     return conv

@@ -1,0 +1,96 @@
+"""The ``gpubus tap`` command: print events from the stream, live or replayed, until stopped.
+
+Wires the bus to :mod:`gpubus.tap` rendering; knows nothing about any service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from gpubus.tap import (
+    TapFilter,
+    TapOptions,
+    full_subject,
+    parse_since,
+    render_json,
+    render_line,
+    render_undecodable,
+)
+from shared.bus import Bus, BusSettings
+from shared.config import load_settings
+from shared.errors import BusUnavailable, EventDecodeError
+from shared.events import Event
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tap")(tap)
+
+
+def tap(  # noqa: PLR0917 - typer maps parameters to the command line
+    subject: Annotated[str, typer.Argument(help="Subject, e.g. 'gpubus.allocation.>' or 'allocation.>'.")]
+    = "gpubus.>",
+    since: Annotated[str | None, typer.Option(help="Replay history from this long ago (10m, 2h).")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Replay the whole stored history first.")] = False,
+    node: Annotated[str | None, typer.Option(help="Only events about this node.")] = None,
+    pod: Annotated[str | None, typer.Option(help="Only events about this pod (NAMESPACE/NAME).")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    nats: Annotated[str | None, typer.Option(help="NATS URL (env GPUBUS_BUS_URL).")] = None,
+    count: Annotated[int | None, typer.Option(help="Exit after printing this many events.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Exit after this many seconds.")] = None,
+) -> None:
+    """Print gpubus events one per line, live (and replayed first with --since/--all)."""
+    try:
+        deliver: str | float = "all" if all_ else (time.time() - parse_since(since) if since else "new")
+        selector = TapFilter.parse(node, pod)
+        options = TapOptions(subject=full_subject(subject), deliver=deliver, selector=selector,
+                             as_json=json_, count=count, stop_after_s=timeout)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    settings = load_settings(BusSettings, cli={"url": nats, "name": "gpubus-tap",
+                                               "initial_connect_timeout_s": 10.0}, env_prefix="GPUBUS_BUS_")
+    try:
+        asyncio.run(run_tap(settings, options))
+    except BusUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        pass
+
+
+async def run_tap(settings: BusSettings, options: TapOptions) -> None:
+    """Subscribe, print matching events until ``count`` lines or ``stop_after_s`` seconds."""
+    done = asyncio.Event()
+    printed = 0
+
+    def emit(line: str) -> None:
+        nonlocal printed
+        if done.is_set():
+            return
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        printed += 1
+        if options.count is not None and printed >= options.count:
+            done.set()
+
+    async def on_event(event: Event) -> None:
+        if options.selector.matches(event):
+            emit(render_json(event) if options.as_json else render_line(event))
+
+    async def on_bad(subject: str, data: bytes, error: EventDecodeError) -> None:
+        if options.selector.matches_subject(subject):
+            emit(render_undecodable(subject, len(data), str(error), as_json=options.as_json))
+
+    bus = await Bus.connect(settings, source="tap")
+    try:
+        await bus.subscribe(options.subject, on_event, deliver=options.deliver, on_decode_error=on_bad)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), options.stop_after_s)
+    finally:
+        await bus.close()

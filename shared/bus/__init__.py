@@ -1,0 +1,41 @@
+"""The event bus over NATS JetStream: events, KV state, leases and queries.
+
+``Bus.connect(settings, source=...)`` is the entry point; see :class:`shared.bus.client.Bus`.
+Callers see only :mod:`shared.errors` types, never nats-py exceptions.
+"""
+
+from shared.bus.client import Bus, QueryHandler, Service
+from shared.bus.consumer import ConsumerOptions, DecodeErrorHandler, Deliver, Handler, Subscription
+from shared.bus.errors import InvalidKey
+from shared.bus.kv import KV, Entry, Snapshot, Watch, WatchCallback
+from shared.bus.lease import Lease, OwnerCheck
+from shared.bus.schema import QUERY_TOKEN, event_subjects
+from shared.bus.settings import ALLOCATIONS, INVENTORY, LOCKS, STREAM, BusSettings
+from shared.bus.stats import BusStats
+
+__all__ = [
+    "ALLOCATIONS",
+    "INVENTORY",
+    "KV",
+    "LOCKS",
+    "QUERY_TOKEN",
+    "STREAM",
+    "Bus",
+    "BusSettings",
+    "BusStats",
+    "ConsumerOptions",
+    "DecodeErrorHandler",
+    "Deliver",
+    "Entry",
+    "Handler",
+    "InvalidKey",
+    "Lease",
+    "OwnerCheck",
+    "QueryHandler",
+    "Service",
+    "Snapshot",
+    "Subscription",
+    "Watch",
+    "WatchCallback",
+    "event_subjects",
+]

@@ -1,0 +1,256 @@
+"""The bus: one NATS connection with JetStream events, KV state, leases and queries.
+
+Owns the connection lifecycle (reconnect forever, logged), the acknowledged publish with
+``Nats-Msg-Id`` dedup, the never-blocking ``emit`` outbox, consumers, KV handles, leases and
+core request/reply. Every background task it starts is owned and stopped by :meth:`close`.
+It must not know what any event means or which service uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as CoreSubscription
+from nats.js import JetStreamContext
+
+from shared.bus import schema
+from shared.bus.consumer import (
+    ConsumerOptions,
+    DecodeErrorHandler,
+    Deliver,
+    Handler,
+    Subscription,
+    open_subscription,
+)
+from shared.bus.errors import translated
+from shared.bus.kv import KV
+from shared.bus.lease import Lease
+from shared.bus.outbox import Outbox
+from shared.bus.settings import LOCKS, STREAM, BusSettings, connect_options, redact_url
+from shared.bus.stats import BusStats
+from shared.codec import encode
+from shared.errors import BusUnavailable
+from shared.events import Event, subject_for
+
+log = logging.getLogger(__name__)
+
+#: ``handler(request_payload) -> reply_payload`` for :meth:`Bus.serve`.
+QueryHandler = Callable[[bytes], Awaitable[bytes]]
+
+
+class Service:
+    """A core request/reply responder started by :meth:`Bus.serve`."""
+
+    def __init__(self, sub: CoreSubscription) -> None:
+        self._sub = sub
+
+    async def stop(self) -> None:
+        with contextlib.suppress(nats.errors.Error):
+            await self._sub.drain()  # type: ignore[no-untyped-call]
+
+
+class Bus:
+    """Connected NATS with gpubus semantics. Create with :meth:`connect`, end with :meth:`close`."""
+
+    def __init__(self, nc: Client, settings: BusSettings, source: str) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=settings.request_timeout_s)
+        self.settings = settings
+        self.source = source
+        self.stats = BusStats()
+        self._outbox = Outbox(self.publish, settings.outbox_limit, self.stats)
+        self._subscriptions: list[Subscription] = []
+        self._services: list[Service] = []
+        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
+        self._kvs: dict[str, KV] = {}
+        self._closed = False
+
+    @classmethod
+    async def connect(cls, settings: BusSettings, *, source: str) -> Bus:
+        """Connect (retrying up to ``initial_connect_timeout_s``); reconnects forever afterwards."""
+        stats_box: list[Bus] = []
+        callbacks = _callbacks(settings, stats_box)
+        timeout = settings.initial_connect_timeout_s or None
+        try:
+            nc = await asyncio.wait_for(nats.connect(**connect_options(settings), **callbacks), timeout)  # type: ignore[arg-type]
+        except (TimeoutError, nats.errors.Error, OSError) as e:
+            raise BusUnavailable(f"cannot connect to NATS at {redact_url(settings.url)}: {e!r}") from e
+        bus = cls(nc, settings, source)
+        stats_box.append(bus)
+        log.info("connected to NATS %s as %s", redact_url(nc.connected_url.geturl() if nc.connected_url
+                                                          else settings.url), source)
+        return bus
+
+    # -- counters -------------------------------------------------------------------------
+    @property
+    def published(self) -> int:
+        return self.stats.published
+
+    @property
+    def dropped(self) -> int:
+        return self.stats.dropped
+
+    @property
+    def decode_errors(self) -> int:
+        return self.stats.decode_errors
+
+    @property
+    def retries(self) -> int:
+        return self.stats.retries
+
+    @property
+    def outbox_size(self) -> int:
+        return len(self._outbox)
+
+    @property
+    def is_connected(self) -> bool:
+        return bool(self.nc.is_connected)
+
+    # -- schema ---------------------------------------------------------------------------
+    async def ensure_schema(self) -> None:
+        """Create or converge the ``GPUBUS`` stream and the inventory/allocations/locks buckets."""
+        with translated("ensure schema"):
+            await schema.ensure_stream(self.js, schema.event_stream_config(self.settings))
+            for config in schema.bucket_configs(self.settings):
+                await schema.ensure_stream(self.js, config)
+
+    # -- events ---------------------------------------------------------------------------
+    async def publish(self, event: Event) -> None:
+        """Publish to JetStream and wait for its ack; a repeated ``event.id`` is stored once."""
+        if not event.source:
+            event = dataclasses.replace(event, source=self.source)
+        data = encode(event)
+        with translated(f"publish {event.KIND}"):
+            await self.js.publish(subject_for(event), data, headers={"Nats-Msg-Id": event.id})
+        self.stats.published += 1
+
+    def emit(self, event: Event) -> None:
+        """Queue ``event`` for in-order delivery; never blocks or raises (see :class:`Outbox`)."""
+        if self._closed:
+            log.warning("emit after close: dropped %s %s", event.KIND, event.id)
+            self.stats.dropped += 1
+            return
+        self._outbox.put(event)
+
+    async def flush(self, within_s: float = 5.0) -> bool:
+        """Wait until every emitted event is acknowledged; False if ``within_s`` passed first."""
+        return await self._outbox.flush(within_s)
+
+    async def subscribe(self, subject: str, handler: Handler, *, durable: str | None = None,
+                        deliver: Deliver = "new", options: ConsumerOptions | None = None,
+                        on_decode_error: DecodeErrorHandler | None = None) -> Subscription:
+        """A JetStream consumer on ``subject`` feeding ``handler`` one event at a time, in order.
+
+        ``deliver`` is "new", "all", "last_per_subject" or a unix timestamp (replay since then);
+        it applies when the consumer is created (a durable resumes where it left off).
+        """
+        sub = await open_subscription(self.js, STREAM, subject, handler, durable=durable, deliver=deliver,
+                                      opts=options or ConsumerOptions(), on_decode_error=on_decode_error,
+                                      stats=self.stats)
+        self._subscriptions.append(sub)
+        return sub
+
+    # -- state ----------------------------------------------------------------------------
+    async def kv(self, bucket: str) -> KV:
+        """The bucket (created by :meth:`ensure_schema`) as a typed :class:`KV`."""
+        kv = self._kvs.get(bucket)
+        if kv is None:
+            with translated(f"open bucket {bucket}"):
+                kv = KV(self.js, await self.js.key_value(bucket), bucket)
+            self._kvs[bucket] = kv
+        return kv
+
+    async def lease(self, key: str, owner: str, *, ttl: float | None = None,
+                    auto_renew: bool = True) -> Lease:
+        """A lease on ``key`` in ``locks`` for ``owner`` (not yet acquired).
+
+        ``ttl`` (whole seconds, at most the bucket's ``lock_ttl_s``) gives this key its own TTL;
+        ``auto_renew`` renews every ttl/3 while held (off for locks another process releases).
+        """
+        bucket_ttl = self.settings.lock_ttl_s
+        effective = min(ttl, bucket_ttl) if ttl else bucket_ttl
+        lease = Lease(await self.kv(LOCKS), key, owner, ttl=effective,
+                      per_key_ttl=ttl is not None and ttl < bucket_ttl, auto_renew=auto_renew)
+        self._leases.add(lease)
+        return lease
+
+    # -- queries --------------------------------------------------------------------------
+    async def request(self, subject: str, payload: bytes, timeout: float = 1.0) -> bytes:  # noqa: ASYNC109
+        """Core request/reply (``gpubus.query.>``); BusUnavailable on no responder or timeout."""
+        with translated(f"request {subject}"):
+            msg = await self.nc.request(subject, payload, timeout=timeout)
+        return msg.data
+
+    async def serve(self, subject: str, handler: QueryHandler, *, queue: str | None = None) -> Service:
+        """Answer requests on ``subject``; a handler that raises is logged and the request gets no reply."""
+        async def on_request(msg: Msg) -> None:
+            try:
+                reply = await handler(msg.data)
+            except Exception:
+                log.exception("query handler for %s failed", msg.subject)
+                return
+            with contextlib.suppress(nats.errors.Error):
+                await msg.respond(reply)
+
+        with translated(f"serve {subject}"):
+            sub = await self.nc.subscribe(subject, queue=queue or "", cb=on_request)
+        service = Service(sub)
+        self._services.append(service)
+        return service
+
+    # -- shutdown -------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Stop consumers and renewals, flush the outbox (bounded), release leases, drain."""
+        if self._closed:
+            return
+        self._closed = True
+        for sub in self._subscriptions:
+            await sub.stop()
+        for service in self._services:
+            await service.stop()
+        await self._outbox.close(self.settings.flush_timeout_s if self.is_connected else 0.0)
+        for lease in list(self._leases):
+            if lease.held and lease.auto_renew:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(lease.release(), 1.0)
+            await lease.close()
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            await self.nc.drain()
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            if not self.nc.is_closed:
+                await self.nc.close()
+
+
+def _callbacks(settings: BusSettings, bus_box: list[Bus]) -> dict[str, Callable[..., Awaitable[None]]]:
+    """Connection callbacks (nats-py requires ``async def``); they log and count, nothing more."""
+    url = redact_url(settings.url)
+
+    async def disconnected() -> None:
+        if bus_box and bus_box[0]._closed:
+            return  # our own close(), not an outage
+        log.warning("disconnected from NATS %s; reconnecting", url)
+        if bus_box:
+            bus_box[0].stats.disconnects += 1
+
+    async def reconnected() -> None:
+        log.info("reconnected to NATS %s", url)
+        if bus_box:
+            bus_box[0].stats.reconnects += 1
+
+    async def error(e: Exception) -> None:
+        log.warning("NATS error: %s", e)
+
+    async def closed() -> None:
+        log.info("NATS connection closed")
+
+    return {"disconnected_cb": disconnected, "reconnected_cb": reconnected,
+            "error_cb": error, "closed_cb": closed}

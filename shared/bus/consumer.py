@@ -1,0 +1,203 @@
+"""JetStream consumers over the ``GPUBUS`` stream: a bounded pull loop per subscription.
+
+Owns decoding, acking and redelivery policy: undecodable messages are logged, counted and
+acked; a handler that raises gets its message nak'd with a delay until ``max_deliver`` is
+reached, so one poison message never stops the loop. Knows nothing about what events mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from shared.bus.errors import translated
+from shared.bus.stats import BusStats
+from shared.codec import decode
+from shared.errors import EventDecodeError
+from shared.events import Event
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Event], Awaitable[None]]
+#: ``on_decode_error(subject, data, error)`` for callers that must show bad messages (``gpubus tap``).
+DecodeErrorHandler = Callable[[str, bytes, EventDecodeError], Awaitable[None]]
+#: Where a consumer starts: "new", "all", "last_per_subject", or a unix timestamp (float seconds).
+Deliver = str | float
+
+_POLICIES = {
+    "new": api.DeliverPolicy.NEW,
+    "all": api.DeliverPolicy.ALL,
+    "last_per_subject": api.DeliverPolicy.LAST_PER_SUBJECT,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerOptions:
+    """Bounds of one subscription."""
+
+    max_ack_pending: int = 256
+    """Unacked messages the server lets this consumer have in flight."""
+    batch: int = 64
+    """Messages per fetch."""
+    ack_wait_s: float = 30.0
+    """A message not acked within this is redelivered (a stuck handler)."""
+    max_deliver: int = 5
+    """Delivery attempts before the server gives up on a message."""
+    nak_delay_s: float = 1.0
+    """Redelivery delay after a handler failure, multiplied by the attempt number."""
+    inactive_threshold_s: float = 60.0
+    """An ephemeral consumer left behind by a dead process is removed after this."""
+    fetch_timeout_s: float = 1.0
+
+
+def consumer_config(subject: str, durable: str | None, deliver: Deliver,
+                    opts: ConsumerOptions) -> api.ConsumerConfig:
+    """The JetStream consumer config for a subscription (raises ValueError on a bad ``deliver``)."""
+    config = api.ConsumerConfig(
+        durable_name=durable,
+        filter_subject=subject,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=opts.ack_wait_s,
+        max_deliver=opts.max_deliver,
+        max_ack_pending=opts.max_ack_pending,
+        inactive_threshold=None if durable else opts.inactive_threshold_s,
+    )
+    if isinstance(deliver, int | float) and not isinstance(deliver, bool):
+        config.deliver_policy = api.DeliverPolicy.BY_START_TIME
+        config.opt_start_time = datetime.datetime.fromtimestamp(deliver, tz=datetime.UTC)
+    elif isinstance(deliver, str) and deliver in _POLICIES:
+        config.deliver_policy = _POLICIES[deliver]
+    else:
+        raise ValueError(f"deliver must be one of {sorted(_POLICIES)} or a unix timestamp, got {deliver!r}")
+    return config
+
+
+class Subscription:
+    """One consumer and the task that feeds its handler. :meth:`stop` finishes the message in hand."""
+
+    def __init__(self, js: JetStreamContext, psub: JetStreamContext.PullSubscription, *,
+                 stream: str, consumer: str, durable: bool, handler: Handler,
+                 on_decode_error: DecodeErrorHandler | None, opts: ConsumerOptions, stats: BusStats) -> None:
+        self._js = js
+        self._psub = psub
+        self._stream = stream
+        self.consumer = consumer
+        self._durable = durable
+        self._handler = handler
+        self._on_decode_error = on_decode_error
+        self._opts = opts
+        self._stats = stats
+        self._stopping = False
+        self._cancellable = False
+        self._task = asyncio.create_task(self._run(), name=f"bus-consumer-{consumer}")
+        self._task.add_done_callback(self._report_death)
+
+    @property
+    def running(self) -> bool:
+        return not self._task.done()
+
+    async def stop(self) -> None:
+        """Stop fetching, let the handler finish its current message, then unsubscribe."""
+        if self._stopping:
+            await asyncio.gather(self._task, return_exceptions=True)
+            return
+        self._stopping = True
+        if self._cancellable:
+            self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        with contextlib.suppress(nats.errors.Error):
+            await self._psub.unsubscribe()
+        if not self._durable:
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                await self._js.delete_consumer(self._stream, self.consumer)
+
+    def _report_death(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("consumer %s died", self.consumer, exc_info=task.exception())
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                self._cancellable = True
+                msgs = await self._psub.fetch(self._opts.batch, timeout=self._opts.fetch_timeout_s)
+            except nats.errors.TimeoutError:
+                continue
+            except (nats.errors.Error, OSError) as e:
+                # Disconnected or the server is restarting: wait and fetch again.
+                log.warning("consumer %s fetch failed (%s); retrying in %.1fs", self.consumer, e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            finally:
+                self._cancellable = False
+            backoff = 0.1
+            for msg in msgs:
+                await self._process(msg)
+
+    async def _process(self, msg: Msg) -> None:
+        try:
+            event = decode(msg.data)
+        except EventDecodeError as e:
+            await self._reject(msg, e)
+            return
+        try:
+            await self._handler(event)
+        except Exception:
+            await self._handler_failed(msg, event)
+            return
+        await _settle(msg.ack(), self.consumer)
+        self._stats.consumed += 1
+
+    async def _reject(self, msg: Msg, error: EventDecodeError) -> None:
+        self._stats.decode_errors += 1
+        log.warning("consumer %s: undecodable message on %s (%d bytes): %s",
+                    self.consumer, msg.subject, len(msg.data), error)
+        if self._on_decode_error is not None:
+            try:
+                await self._on_decode_error(msg.subject, msg.data, error)
+            except Exception:
+                log.exception("consumer %s: decode error callback failed", self.consumer)
+        await _settle(msg.ack(), self.consumer)
+
+    async def _handler_failed(self, msg: Msg, event: Event) -> None:
+        self._stats.handler_errors += 1
+        attempt = msg.metadata.num_delivered or 1
+        final = attempt >= self._opts.max_deliver
+        log.exception("consumer %s: handler failed on %s %s (attempt %d/%d%s)",
+                      self.consumer, event.KIND, event.id, attempt, self._opts.max_deliver,
+                      ", giving up" if final else "")
+        if final:
+            await _settle(msg.term(), self.consumer)
+        else:
+            await _settle(msg.nak(delay=self._opts.nak_delay_s * attempt), self.consumer)
+
+
+async def _settle(ack: Awaitable[None], consumer: str) -> None:
+    """Ack/nak/term; if the connection dropped the server redelivers after ack_wait anyway."""
+    try:
+        await ack
+    except (nats.errors.Error, OSError) as e:
+        log.warning("consumer %s: ack failed: %s", consumer, e)
+
+
+async def open_subscription(js: JetStreamContext, stream: str, subject: str, handler: Handler, *,
+                            durable: str | None, deliver: Deliver, opts: ConsumerOptions,
+                            on_decode_error: DecodeErrorHandler | None, stats: BusStats) -> Subscription:
+    """Create (or bind to an existing durable) consumer and start its loop."""
+    config = consumer_config(subject, durable, deliver, opts)
+    with translated(f"subscribe {subject}"):
+        psub = await js.pull_subscribe(subject, durable=durable, stream=stream, config=config,
+                                       pending_msgs_limit=opts.batch * 4)
+        consumer = durable or (await psub.consumer_info()).name
+    return Subscription(js, psub, stream=stream, consumer=consumer, durable=durable is not None,
+                        handler=handler, on_decode_error=on_decode_error, opts=opts, stats=stats)

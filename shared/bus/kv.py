@@ -1,0 +1,213 @@
+"""Typed KV buckets: get/put/create/update (CAS)/delete, a bulk snapshot and live watches.
+
+Values are opaque bytes here (callers encode model dataclasses with :mod:`shared.codec`).
+This module knows JetStream KV semantics (revisions, tombstones, TTL markers) and must not
+know what the keys or values mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
+
+from shared.bus.errors import translated
+
+log = logging.getLogger(__name__)
+
+#: Deleted, purged or expired: the key has no current value.
+_TOMBSTONE_OPS = frozenset({KV_DEL, KV_PURGE})
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """The current value of a key and the revision to pass to a CAS update or delete."""
+
+    value: bytes
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Every live key at one moment, and the highest revision seen (tombstones included).
+
+    Watch from ``revision + 1`` to continue from the snapshot without a gap.
+    """
+
+    entries: dict[str, Entry]
+    revision: int
+
+
+#: ``callback(key, entry)``; ``entry`` is None when the key was deleted, purged or expired.
+WatchCallback = Callable[[str, Entry | None], Awaitable[None]]
+
+
+class Watch:
+    """A live watch on a bucket; :meth:`stop` ends it."""
+
+    def __init__(self, sub: JetStreamContext.PushSubscription) -> None:
+        self._sub = sub
+
+    async def stop(self) -> None:
+        try:
+            await self._sub.unsubscribe()
+        except nats.errors.Error as e:
+            log.debug("kv watch unsubscribe failed: %s", e)
+
+
+def ttl_header_seconds(ttl: float) -> int:
+    """NATS per-message TTLs are whole seconds (minimum 1); round up so a lease never shortens."""
+    return max(1, math.ceil(ttl))
+
+
+def _is_tombstone(msg: Msg) -> bool:
+    headers = msg.headers
+    if not headers:
+        return False
+    if headers.get(KV_OP) in _TOMBSTONE_OPS:
+        return True
+    # Server-written TTL/limit markers (nats-server >= 2.11) also end a key's life.
+    return KV_MARKER_REASON in headers
+
+
+class KV:
+    """One KV bucket. Revisions are stream sequence numbers; CAS losers get ``CasConflict``."""
+
+    def __init__(self, js: JetStreamContext, kv: KeyValue, bucket: str) -> None:
+        self._js = js
+        self._kv = kv
+        self.bucket = bucket
+        self._stream = f"KV_{bucket}"
+        self._prefix = f"$KV.{bucket}."
+
+    async def get(self, key: str) -> Entry | None:
+        """The current entry, or None when the key is missing, deleted or expired."""
+        with translated(f"kv get {self.bucket}/{key}"):
+            try:
+                e = await self._kv.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+        if e.value is None:  # an expiry marker read directly
+            return None
+        return Entry(e.value, e.revision or 0)
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Write unconditionally; returns the new revision."""
+        with translated(f"kv put {self.bucket}/{key}"):
+            return await self._kv.put(key, value)
+
+    async def create(self, key: str, value: bytes, *, ttl: float | None = None) -> int:
+        """Write only if the key has no current value (CasConflict otherwise); ``ttl`` is per key."""
+        msg_ttl = None if ttl is None else ttl_header_seconds(ttl)
+        with translated(f"kv create {self.bucket}/{key}"):
+            return await self._kv.create(key, value, msg_ttl=msg_ttl)
+
+    async def update(self, key: str, value: bytes, last: int, *, ttl: float | None = None) -> int:
+        """Write only if the current revision is ``last`` (CasConflict otherwise).
+
+        Unlike nats-py's ``update``, a ``ttl`` here is carried on the new revision, so a lease
+        renewal keeps its per-key TTL.
+        """
+        headers: dict[str, str] = {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)}
+        if ttl is not None:
+            headers[api.Header.MSG_TTL.value] = str(ttl_header_seconds(ttl))
+        with translated(f"kv update {self.bucket}/{key}"):
+            if not nats.js.kv._is_key_valid(key):
+                raise nats.js.errors.InvalidKeyError(key)
+            ack = await self._js.publish(self._prefix + key, value, headers=headers)
+        return ack.seq
+
+    async def delete(self, key: str, *, last: int | None = None) -> None:
+        """Delete (tombstone) the key; with ``last`` only if its revision is still ``last``."""
+        headers = {KV_OP: KV_DEL}
+        if last:
+            headers[api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value] = str(last)
+        with translated(f"kv delete {self.bucket}/{key}"):
+            if not nats.js.kv._is_key_valid(key):
+                raise nats.js.errors.InvalidKeyError(key)
+            await self._js.publish(self._prefix + key, b"", headers=headers)
+
+    async def purge(self, key: str) -> None:
+        """Remove the key and all its history."""
+        with translated(f"kv purge {self.bucket}/{key}"):
+            await self._kv.purge(key)
+
+    async def items(self) -> dict[str, Entry]:
+        """Every live key with its entry (one bulk read, not one request per key)."""
+        return (await self.snapshot()).entries
+
+    async def keys(self) -> list[str]:
+        return list((await self.snapshot()).entries)
+
+    async def snapshot(self) -> Snapshot:
+        """Read the last revision of every key in one ordered stream pass."""
+        entries: dict[str, Entry] = {}
+        highest = 0
+        done = asyncio.Event()
+
+        async def on_msg(msg: Msg) -> None:
+            nonlocal highest
+            seq, pending = _seq_and_pending(msg)
+            highest = max(highest, seq)
+            key = msg.subject[len(self._prefix):]
+            if _is_tombstone(msg):
+                entries.pop(key, None)
+            else:
+                entries[key] = Entry(msg.data, seq)
+            if pending == 0:
+                done.set()
+
+        with translated(f"kv snapshot {self.bucket}"):
+            sub = await self._js.subscribe(
+                self._prefix + ">", stream=self._stream, cb=on_msg, ordered_consumer=True,
+                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, inactive_threshold=60.0,
+                pending_msgs_limit=-1, pending_bytes_limit=-1,
+            )
+            try:
+                info = await sub.consumer_info()
+                if info.num_pending == 0 and sub.delivered == 0:
+                    done.set()
+                await asyncio.wait_for(done.wait(), timeout=max(30.0, (info.num_pending or 0) / 5000))
+            finally:
+                await sub.unsubscribe()
+        return Snapshot(entries, highest)
+
+    async def watch(self, callback: WatchCallback, *, start_revision: int | None = None,
+                    keys: str = ">") -> Watch:
+        """Call ``callback`` for every change from now on (or from ``start_revision``).
+
+        A callback that raises is logged and skipped; the watch goes on.
+        """
+        async def on_msg(msg: Msg) -> None:
+            key = msg.subject[len(self._prefix):]
+            seq, _ = _seq_and_pending(msg)
+            entry = None if _is_tombstone(msg) else Entry(msg.data, seq)
+            try:
+                await callback(key, entry)
+            except Exception:
+                log.exception("kv watch callback failed for %s/%s", self.bucket, key)
+
+        policy = api.DeliverPolicy.NEW
+        if start_revision is not None:
+            policy = api.DeliverPolicy.BY_START_SEQUENCE
+        with translated(f"kv watch {self.bucket}"):
+            sub = await self._js.subscribe(
+                self._prefix + keys, stream=self._stream, cb=on_msg, ordered_consumer=True,
+                deliver_policy=policy,
+                config=api.ConsumerConfig(opt_start_seq=start_revision) if start_revision else None,
+                inactive_threshold=300.0,
+            )
+        return Watch(sub)
+
+
+def _seq_and_pending(msg: Msg) -> tuple[int, int]:
+    meta = msg.metadata
+    return meta.sequence.stream, meta.num_pending

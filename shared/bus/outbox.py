@@ -1,0 +1,107 @@
+"""The emit outbox: a bounded in-memory queue drained in order by one owned task.
+
+``emit`` must never block or raise, so events wait here while NATS is away and go out, in
+order, when it returns. When the queue is full the oldest event is dropped and counted:
+events are level-triggered snapshots or facts whose newest copy matters most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from shared.bus.stats import BusStats
+from shared.errors import BusUnavailable
+from shared.events import Event
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_MIN_S = 0.05
+_BACKOFF_MAX_S = 2.0
+#: Publishes in flight at once: pipelining multiplies throughput, order is kept by the connection.
+_WINDOW = 64
+
+
+class Outbox:
+    """FIFO of events with one sender task; ``publish`` is the bus's acknowledged publish."""
+
+    def __init__(self, publish: Callable[[Event], Awaitable[None]], limit: int, stats: BusStats) -> None:
+        self._publish = publish
+        self._queue: deque[Event] = deque()
+        self._limit = max(1, limit)
+        self._stats = stats
+        self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task = asyncio.create_task(self._run(), name="bus-outbox")
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def put(self, event: Event) -> None:
+        if len(self._queue) >= self._limit:
+            dropped = self._queue.popleft()
+            self._stats.dropped += 1
+            log.warning("outbox full (%d): dropped %s %s", self._limit, dropped.KIND, dropped.id)
+        self._queue.append(event)
+        self._idle.clear()
+        self._wakeup.set()
+
+    async def flush(self, within_s: float) -> bool:
+        """Wait until everything queued so far is sent; False if ``within_s`` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), within_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self, within_s: float) -> None:
+        """Send what is left (best effort, bounded by ``within_s``), then stop the sender."""
+        if not await self.flush(within_s) and self._queue:
+            log.warning("outbox closed with %d unsent events", len(self._queue))
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self) -> None:
+        backoff = _BACKOFF_MIN_S
+        while True:
+            if not self._queue:
+                self._idle.set()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            window = list(itertools.islice(self._queue, _WINDOW))
+            results = await asyncio.gather(*(self._send(e) for e in window))
+            sent = len(list(itertools.takewhile(bool, results)))
+            self._pop_sent(window[:sent])
+            if sent < len(window):
+                # Resend from the first failure; Nats-Msg-Id dedup drops any later ones that landed.
+                self._stats.retries += 1
+                log.debug("outbox: NATS unavailable; retry in %.2fs (%d queued)", backoff, len(self._queue))
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+            else:
+                backoff = _BACKOFF_MIN_S
+
+    async def _send(self, event: Event) -> bool:
+        """True when acknowledged (or unsendable and dropped), False to retry later."""
+        try:
+            await self._publish(event)
+        except BusUnavailable:
+            return False
+        except Exception:
+            # An event that can never be sent (e.g. unencodable) must not block the rest.
+            log.exception("outbox: dropping %s %s that cannot be published", event.KIND, event.id)
+            self._stats.dropped += 1
+        return True
+
+    def _pop_sent(self, sent: list[Event]) -> None:
+        for event in sent:
+            # put() may have dropped it from the head while it was in flight.
+            if self._queue and self._queue[0] is event:
+                self._queue.popleft()

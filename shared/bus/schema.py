@@ -1,0 +1,111 @@
+"""The JetStream layout gpubus needs: the ``GPUBUS`` stream and the three KV buckets.
+
+Creation is idempotent and convergent: a missing stream is created, one whose settings
+differ is updated, concurrent callers both succeed. Knows nothing about event contents
+beyond the families in the catalogue.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import nats.js.errors
+from nats.js import JetStreamContext, api
+
+from shared.bus.settings import ALLOCATIONS, INVENTORY, LOCKS, STREAM, BusSettings
+from shared.events import CATALOGUE, SUBJECT_ROOT
+
+log = logging.getLogger(__name__)
+
+#: Request/reply queries live under this token and must stay out of the stream, or JetStream
+#: would answer every query with a PubAck before the real responder does.
+QUERY_TOKEN = "query"
+#: Fields compared to decide whether an existing stream needs an update.
+_COMPARED = ("subjects", "max_age", "max_bytes", "max_msgs_per_subject", "duplicate_window",
+             "allow_msg_ttl", "allow_direct", "discard")
+
+
+def event_subjects() -> list[str]:
+    """One wildcard per event family (``gpubus.allocation.>`` ...), never ``gpubus.query.>``."""
+    families = {kind.split(".", 1)[0] for kind in CATALOGUE}
+    families.discard(QUERY_TOKEN)
+    return [f"{SUBJECT_ROOT}.{family}.>" for family in sorted(families)]
+
+
+def event_stream_config(settings: BusSettings) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=STREAM,
+        subjects=event_subjects(),
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        discard=api.DiscardPolicy.OLD,
+        max_age=settings.stream_max_age_s,
+        max_bytes=settings.stream_max_bytes,
+        duplicate_window=settings.duplicate_window_s,
+        num_replicas=1,
+    )
+
+
+def bucket_config(bucket: str, *, history: int, ttl: float | None) -> api.StreamConfig:
+    """The KV stream as nats-py builds it, without ``subject_delete_marker_ttl``: with a limit
+    marker, ``create`` keeps failing until the marker itself expires (protocols.md §5)."""
+    return api.StreamConfig(
+        name=f"KV_{bucket}",
+        subjects=[f"$KV.{bucket}.>"],
+        allow_direct=True,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=True,
+        deny_delete=True,
+        discard=api.DiscardPolicy.NEW,
+        duplicate_window=min(120.0, ttl) if ttl else 120.0,
+        max_age=ttl or 0.0,
+        max_msgs=-1,
+        max_msgs_per_subject=history,
+        max_consumers=-1,
+        num_replicas=1,
+        storage=api.StorageType.FILE,
+    )
+
+
+def bucket_configs(settings: BusSettings) -> list[api.StreamConfig]:
+    return [
+        bucket_config(INVENTORY, history=1, ttl=None),
+        bucket_config(ALLOCATIONS, history=max(1, min(64, settings.allocations_history)), ttl=None),
+        bucket_config(LOCKS, history=1, ttl=settings.lock_ttl_s),
+    ]
+
+
+async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
+    """Create ``config``'s stream, or update it if its compared settings differ."""
+    assert config.name is not None
+    try:
+        info = await js.stream_info(config.name)
+    except nats.js.errors.NotFoundError:
+        try:
+            await js.add_stream(config)
+            log.info("created stream %s", config.name)
+            return
+        except nats.js.errors.BadRequestError:
+            info = await js.stream_info(config.name)  # a concurrent caller created it first
+    if _differs(info.config, config):
+        await js.update_stream(config)
+        log.info("updated stream %s", config.name)
+
+
+def _differs(current: api.StreamConfig, wanted: api.StreamConfig) -> bool:
+    return any(_norm(n, getattr(current, n)) != _norm(n, getattr(wanted, n)) for n in _COMPARED)
+
+
+def _norm(name: str, value: object) -> object:
+    """Server replies fill defaults (-1, 0, False) where a request left None; compare like with like."""
+    if name == "subjects":
+        return sorted(value or [])  # type: ignore[call-overload]
+    if isinstance(value, bool) or name.startswith("allow_"):
+        return bool(value)
+    if isinstance(value, float) or name in ("max_age", "duplicate_window"):
+        return round(float(value or 0.0), 3)  # type: ignore[arg-type]
+    if hasattr(value, "value"):
+        return str(value.value)
+    if value is None or (isinstance(value, int) and value <= 0):
+        return -1
+    return value

@@ -1,0 +1,124 @@
+"""Bus settings and how they become nats-py connect options (credentials, TLS, reconnect).
+
+Owns the one place where secrets are turned into connection options; it must never log or
+``repr`` them. It knows nothing about streams, buckets or events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+#: Name of the one JetStream stream that carries every event (subjects ``gpubus.>``).
+STREAM = "GPUBUS"
+#: Buckets gpubus keeps current state in.
+INVENTORY = "inventory"
+ALLOCATIONS = "allocations"
+LOCKS = "locks"
+
+_SECRET_FIELDS = frozenset({"password", "token"})
+_URL_USERINFO = re.compile(r"(?<=://)[^@/]*@")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BusSettings:
+    """How to reach NATS and how big the event history may grow."""
+
+    url: str = "nats://127.0.0.1:4222"
+    """One server URL or several separated by commas (``nats://``, ``tls://``)."""
+    name: str = "gpubus"
+    """Connection name shown by the server's monitoring (``connz``)."""
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    creds_file: str | None = None
+    """Path to a ``.creds`` file (JWT + nkey seed) for decentralised auth."""
+    nkey_seed_file: str | None = None
+    """Path to a file holding an nkey user seed (``SU...``)."""
+    tls_ca: str | None = None
+    """CA bundle that signed the server certificate; enables TLS."""
+    tls_cert: str | None = None
+    """Client certificate for mutual TLS (with ``tls_key``)."""
+    tls_key: str | None = None
+    tls_hostname: str | None = None
+    """Server name to verify when it differs from the URL host."""
+    connect_timeout_s: float = 2.0
+    """Timeout of one TCP/TLS connect attempt, seconds."""
+    initial_connect_timeout_s: float = 30.0
+    """How long :meth:`Bus.connect` keeps trying before it raises ``BusUnavailable``; 0 = forever."""
+    reconnect_wait_s: float = 1.0
+    """Pause between reconnect attempts, seconds (reconnect never gives up)."""
+    request_timeout_s: float = 2.0
+    """Timeout of one JetStream API call or publish acknowledgement, seconds."""
+    stream_max_age_s: float = 24 * 3600.0
+    """Event history kept in the ``GPUBUS`` stream, seconds (default one day)."""
+    stream_max_bytes: int = 1 << 30
+    """Upper bound of the ``GPUBUS`` stream on disk, bytes (oldest events go first)."""
+    duplicate_window_s: float = 120.0
+    """Window in which a repeated ``Nats-Msg-Id`` is dropped, seconds."""
+    allocations_history: int = 3
+    """Revisions kept per key in the ``allocations`` bucket (1..64)."""
+    lock_ttl_s: float = 30.0
+    """Bucket TTL of ``locks``: the longest a lease lives without renewal, seconds."""
+    outbox_limit: int = 10_000
+    """Events :meth:`Bus.emit` buffers while NATS is down; the oldest are dropped beyond it."""
+    flush_timeout_s: float = 5.0
+    """How long :meth:`Bus.close` tries to send what is left in the outbox, seconds."""
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in _SECRET_FIELDS and value is not None:
+                value = "***"
+            elif f.name == "url":
+                value = redact_url(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"BusSettings({', '.join(parts)})"
+
+    __str__ = __repr__
+
+
+def redact_url(url: str) -> str:
+    """``nats://user:pass@host`` -> ``nats://***@host`` (for logs)."""
+    return _URL_USERINFO.sub("***@", url)
+
+
+def servers(settings: BusSettings) -> list[str]:
+    return [u.strip() for u in settings.url.split(",") if u.strip()]
+
+
+def tls_context(settings: BusSettings) -> ssl.SSLContext | None:
+    """A client TLS context when any TLS file is configured, else None."""
+    if not (settings.tls_ca or settings.tls_cert):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca)
+    if settings.tls_cert:
+        ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return ctx
+
+
+def connect_options(settings: BusSettings) -> dict[str, Any]:
+    """Keyword arguments for ``nats.connect`` (callbacks are added by the caller)."""
+    opts: dict[str, Any] = {
+        "servers": servers(settings),
+        "name": settings.name,
+        "connect_timeout": settings.connect_timeout_s,
+        "reconnect_time_wait": settings.reconnect_wait_s,
+        "max_reconnect_attempts": -1,
+        "allow_reconnect": True,
+    }
+    optional = {
+        "user": settings.user,
+        "password": settings.password,
+        "token": settings.token,
+        "user_credentials": settings.creds_file,
+        "nkeys_seed": settings.nkey_seed_file,
+        "tls_hostname": settings.tls_hostname,
+        "tls": tls_context(settings),
+    }
+    opts.update({k: v for k, v in optional.items() if v is not None})
+    return opts

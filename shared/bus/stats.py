@@ -1,0 +1,25 @@
+"""Counters the bus keeps so each service can export them as Prometheus metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class BusStats:
+    """Monotonic counters since the bus was connected (read them, never reset them)."""
+
+    published: int = 0
+    """Events acknowledged by JetStream (publish and emit)."""
+    dropped: int = 0
+    """Events the outbox dropped because it was full (NATS down too long)."""
+    retries: int = 0
+    """Outbox publish attempts that failed and were retried."""
+    decode_errors: int = 0
+    """Messages consumers could not decode (logged, acked, skipped)."""
+    handler_errors: int = 0
+    """Handler exceptions (the message was nak'd for redelivery or terminated)."""
+    consumed: int = 0
+    """Messages handled successfully and acked."""
+    disconnects: int = 0
+    reconnects: int = 0

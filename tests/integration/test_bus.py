@@ -1,0 +1,407 @@
+"""The event bus against a real nats-server.
+
+Cases: publish/subscribe round trip; Nats-Msg-Id dedup; garbage, unknown kind and newer
+version are counted and skipped; a failing handler does not stop the loop; deliver="all"
+and since-timestamp replay; ensure_schema idempotent and concurrent; KV CAS, tombstones,
+snapshot and watch; leases (acquire, re-entrant, renew, release, expiry, takeover);
+emit while NATS is down is delivered after it returns; request/reply; settings repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import msgpack
+import pytest
+from asyncwait import wait_until
+from conftest import bus_settings
+from natsproc import NatsServerProcess
+
+from shared.bus import Bus, BusSettings, ConsumerOptions
+from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
+from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
+
+
+def released(node: str = "node-1", pod: str = "p") -> AllocationReleased:
+    return AllocationReleased(pod_uid=uuid.uuid4().hex, namespace="ns", name=pod, why="deleted", node=node)
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def ids(self) -> list[str]:
+        return [e.id for e in self.events]
+
+
+async def test_published_event_reaches_subscriber_with_source_stamped(bus: Bus) -> None:
+    got = Collector()
+    await bus.subscribe("gpubus.allocation.>", got)
+    event = released()
+    await bus.publish(event)
+    await wait_until(lambda: len(got.events) == 1, what="delivery")
+    assert got.events[0].id == event.id
+    assert got.events[0].source == "test"
+    assert bus.published == 1
+
+
+async def test_same_event_id_published_twice_is_stored_once(bus: Bus) -> None:
+    event = released()
+    await bus.publish(event)
+    await bus.publish(event)
+    info = await bus.js.stream_info("GPUBUS")
+    assert info.state.messages == 1
+
+
+async def test_garbage_unknown_kind_and_newer_version_are_counted_and_skipped(bus: Bus) -> None:
+    got = Collector()
+    bad: list[tuple[str, str]] = []
+
+    async def on_bad(subject: str, data: bytes, error: EventDecodeError) -> None:
+        bad.append((subject, str(error)))
+
+    await bus.subscribe("gpubus.>", got, on_decode_error=on_bad)
+    await bus.js.publish("gpubus.allocation.released.n1", b"\xc1not msgpack")
+    await bus.js.publish("gpubus.allocation.released.n1", msgpack.packb({"kind": "no.such", "v": 1}))
+    newer = {"kind": "allocation.released", "v": 99, "pod_uid": "u", "namespace": "n", "name": "p",
+             "why": "x"}
+    await bus.js.publish("gpubus.allocation.released.n1", msgpack.packb(newer))
+    good = released()
+    await bus.publish(good)
+    await wait_until(lambda: len(got.events) == 1, what="the good event after the bad ones")
+    assert got.ids() == [good.id]
+    assert bus.decode_errors == 3
+    reasons = [r for _, r in bad]
+    assert "not valid msgpack" in reasons[0]
+    assert "unknown event kind" in reasons[1]
+    assert "unsupported major version 99" in reasons[2]
+
+
+async def test_failing_handler_is_retried_and_does_not_stop_the_loop(bus: Bus) -> None:
+    seen: list[str] = []
+    poison = released(pod="poison")
+
+    async def handler(event: Event) -> None:
+        seen.append(event.id)
+        if event.id == poison.id:
+            raise RuntimeError("handler bug")
+
+    opts = ConsumerOptions(max_deliver=2, nak_delay_s=0.05)
+    await bus.subscribe("gpubus.allocation.>", handler, options=opts)
+    await bus.publish(poison)
+    after = released(pod="after")
+    await bus.publish(after)
+    await wait_until(lambda: seen.count(poison.id) == 2 and after.id in seen, what="retry and next event")
+    assert bus.stats.handler_errors == 2
+
+
+async def test_deliver_all_replays_history(bus: Bus) -> None:
+    first, second = released(), released()
+    await bus.publish(first)
+    await bus.publish(second)
+    got = Collector()
+    await bus.subscribe("gpubus.>", got, deliver="all")
+    await wait_until(lambda: len(got.events) == 2, what="replay")
+    assert got.ids() == [first.id, second.id]
+
+
+async def test_deliver_new_skips_history(bus: Bus) -> None:
+    await bus.publish(released())
+    got = Collector()
+    sub = await bus.subscribe("gpubus.>", got, deliver="new")
+    fresh = released()
+    await bus.publish(fresh)
+    await wait_until(lambda: len(got.events) == 1, what="the new event")
+    await sub.stop()
+    assert got.ids() == [fresh.id]
+
+
+async def test_deliver_since_timestamp_replays_only_later_events(bus: Bus) -> None:
+    await bus.publish(released())
+    since = time.time()  # after the first publish was acknowledged, so after its server timestamp
+    await wait_until(lambda: time.time() > since, what="the clock to move on")
+    later = released()
+    await bus.publish(later)
+    got = Collector()
+    await bus.subscribe("gpubus.>", got, deliver=since)
+    await wait_until(lambda: len(got.events) == 1, what="replay since")
+    assert got.ids() == [later.id]
+
+
+async def test_durable_consumer_resumes_where_it_stopped(bus: Bus) -> None:
+    got = Collector()
+    sub = await bus.subscribe("gpubus.allocation.>", got, durable="resume-test", deliver="all")
+    first = released()
+    await bus.publish(first)
+    await wait_until(lambda: len(got.events) == 1, what="first")
+    await sub.stop()
+    second = released()
+    await bus.publish(second)
+    again = Collector()
+    sub = await bus.subscribe("gpubus.allocation.>", again, durable="resume-test")
+    await wait_until(lambda: len(again.events) == 1, what="second only")
+    await sub.stop()
+    await bus.js.delete_consumer("GPUBUS", "resume-test")
+    assert again.ids() == [second.id]
+
+
+async def test_ephemeral_consumer_is_deleted_on_stop(bus: Bus) -> None:
+    sub = await bus.subscribe("gpubus.>", Collector())
+    names = [c.name for c in await bus.js.consumers_info("GPUBUS")]
+    assert sub.consumer in names
+    await sub.stop()
+    names = [c.name for c in await bus.js.consumers_info("GPUBUS")]
+    assert sub.consumer not in names
+
+
+async def test_bad_deliver_value_is_refused(bus: Bus) -> None:
+    with pytest.raises(ValueError, match="deliver"):
+        await bus.subscribe("gpubus.>", Collector(), deliver="sometimes")
+
+
+async def test_ensure_schema_is_idempotent_and_concurrent(nats_url: str) -> None:
+    buses = [await Bus.connect(bus_settings(nats_url), source=f"s{i}") for i in range(3)]
+    try:
+        await asyncio.gather(*(b.ensure_schema() for b in buses))
+        await buses[0].ensure_schema()
+        info = await buses[0].js.stream_info("GPUBUS")
+        assert "gpubus.allocation.>" in (info.config.subjects or [])
+        locks = await buses[0].js.stream_info("KV_locks")
+        assert locks.config.max_msgs_per_subject == 1
+        assert not locks.config.subject_delete_marker_ttl
+    finally:
+        for b in buses:
+            await b.close()
+
+
+async def test_ensure_schema_updates_a_changed_setting(nats_url: str) -> None:
+    b = await Bus.connect(bus_settings(nats_url, stream_max_age_s=3600.0), source="t")
+    try:
+        await b.ensure_schema()
+        assert (await b.js.stream_info("GPUBUS")).config.max_age == pytest.approx(3600.0)
+    finally:
+        await b.close()
+    b = await Bus.connect(bus_settings(nats_url), source="t")
+    try:
+        await b.ensure_schema()
+        assert (await b.js.stream_info("GPUBUS")).config.max_age == pytest.approx(24 * 3600.0)
+    finally:
+        await b.close()
+
+
+async def test_kv_create_update_delete_with_cas(bus: Bus) -> None:
+    kv = await bus.kv("allocations")
+    rev = await kv.create("pod-1", b"a")
+    with pytest.raises(CasConflict):
+        await kv.create("pod-1", b"b")
+    rev2 = await kv.update("pod-1", b"b", last=rev)
+    with pytest.raises(CasConflict):
+        await kv.update("pod-1", b"c", last=rev)
+    entry = await kv.get("pod-1")
+    assert entry is not None and (entry.value, entry.revision) == (b"b", rev2)
+    with pytest.raises(CasConflict):
+        await kv.delete("pod-1", last=rev)
+    await kv.delete("pod-1", last=rev2)
+    assert await kv.get("pod-1") is None
+    assert await kv.get("never-written") is None
+    await kv.create("pod-1", b"again")  # create works after a delete
+
+
+async def test_kv_snapshot_skips_deleted_keys_and_watch_continues_from_it(bus: Bus) -> None:
+    kv = await bus.kv("inventory")
+    await kv.put("n1", b"1")
+    await kv.put("n2", b"2")
+    await kv.put("n1", b"1b")
+    await kv.delete("n2")
+    snap = await kv.snapshot()
+    assert {k: e.value for k, e in snap.entries.items()} == {"n1": b"1b"}
+    changes: list[tuple[str, bytes | None]] = []
+
+    async def on_change(key: str, entry: object) -> None:
+        changes.append((key, None if entry is None else entry.value))  # type: ignore[attr-defined]
+
+    watch = await kv.watch(on_change, start_revision=snap.revision + 1)
+    await kv.put("n3", b"3")
+    await kv.delete("n1")
+    await wait_until(lambda: len(changes) == 2, what="two changes")
+    await watch.stop()
+    assert changes == [("n3", b"3"), ("n1", None)]
+
+
+async def test_kv_items_of_empty_bucket_is_empty(bus: Bus) -> None:
+    assert await (await bus.kv("allocations")).items() == {}
+
+
+async def test_lease_acquire_is_exclusive_and_reentrant(bus: Bus) -> None:
+    a = await bus.lease("node-a", "owner-1")
+    b = await bus.lease("node-a", "owner-2")
+    assert await a.acquire()
+    assert not await b.acquire()
+    with pytest.raises(LeaseHeld):
+        await b.acquire_or_raise()
+    again = await bus.lease("node-a", "owner-1")
+    assert await again.acquire()  # same owner, another handle: re-entrant
+    assert await a.holder() == "owner-1"
+    assert await again.release()
+    assert await b.acquire()
+    await b.release()
+
+
+async def test_lease_renew_and_release(bus: Bus) -> None:
+    lease = await bus.lease("node-r", "me", auto_renew=False)
+    assert await lease.acquire()
+    first = lease.revision
+    await lease.renew()
+    assert lease.revision is not None and first is not None and lease.revision > first
+    assert await lease.release()
+    assert await lease.holder() is None
+    assert not await lease.release()
+
+
+async def test_lease_expires_after_its_ttl_without_renewal(bus: Bus) -> None:
+    held = await bus.lease("node-e", "sleepy", ttl=1, auto_renew=False)
+    assert await held.acquire()
+    other = await bus.lease("node-e", "next")
+    await wait_until(other.acquire, timeout=10, what="expiry lets the next owner in")
+    with pytest.raises(LeaseLost):
+        await held.renew()
+    assert held.lost.is_set()
+    await other.release()
+
+
+async def test_auto_renewed_lease_outlives_its_ttl(bus: Bus) -> None:
+    held = await bus.lease("node-k", "keeper", ttl=1)
+    assert await held.acquire()
+    rev = held.revision
+    await wait_until(lambda: held.revision != rev, timeout=5, what="a renewal")
+    rivals = await bus.lease("node-k", "rival")
+    assert not await rivals.acquire()
+    assert held.held
+    await held.release()
+
+
+async def test_dead_owner_is_taken_over_at_once(bus: Bus) -> None:
+    dead = await bus.lease("node-t", "pod-dead", auto_renew=False)
+    assert await dead.acquire()
+    alive: dict[str, bool] = {"pod-dead": False, "pod-live": True}
+
+    async def is_alive(owner: str) -> bool:
+        return alive.get(owner, False)
+
+    taker = await bus.lease("node-t", "pod-new", auto_renew=False)
+    assert await taker.acquire(is_owner_alive=is_alive)
+    assert await taker.holder() == "pod-new"
+    blocked = await bus.lease("node-t", "pod-late", auto_renew=False)
+    alive["pod-new"] = True
+    assert not await blocked.acquire(is_owner_alive=is_alive)
+    await taker.release()
+
+
+async def test_lease_released_from_another_process_by_owner(bus: Bus, nats_url: str) -> None:
+    lock = await bus.lease("node-x", "pod-uid-7", auto_renew=False)
+    assert await lock.acquire()
+    other = await Bus.connect(bus_settings(nats_url), source="node-agent")
+    try:
+        assert await (await other.lease("node-x", "pod-uid-7")).release()
+    finally:
+        await other.close()
+    assert await lock.holder() is None
+
+
+async def test_emit_while_nats_is_down_is_delivered_after_restart(private_nats: NatsServerProcess) -> None:
+    sender = await Bus.connect(bus_settings(private_nats.url), source="sender")
+    try:
+        await sender.ensure_schema()
+        private_nats.stop()
+        await wait_until(lambda: not sender.is_connected, what="disconnect noticed")
+        events = [released(node="node-down") for _ in range(3)]
+        for e in events:
+            sender.emit(e)
+        with pytest.raises(BusUnavailable):
+            await sender.publish(released())
+        private_nats.start()
+        assert await sender.flush(within_s=15)
+        got = Collector()
+        await sender.subscribe("gpubus.allocation.>", got, deliver="all")
+        wanted = [e.id for e in events]
+        # The publish that timed out may still arrive (it sat in the client's reconnect buffer).
+        await wait_until(lambda: set(wanted) <= set(got.ids()), what="replay after restart")
+        assert [i for i in got.ids() if i in wanted] == wanted
+        assert sender.stats.reconnects >= 1
+    finally:
+        await sender.close()
+
+
+async def test_subscriber_keeps_consuming_across_a_server_restart(private_nats: NatsServerProcess) -> None:
+    b = await Bus.connect(bus_settings(private_nats.url), source="t")
+    try:
+        await b.ensure_schema()
+        got = Collector()
+        await b.subscribe("gpubus.>", got, durable="survivor")
+        private_nats.restart()
+        event = released()
+        b.emit(event)
+        await wait_until(lambda: event.id in got.ids(), timeout=20, what="delivery after restart")
+    finally:
+        await b.close()
+
+
+async def test_outbox_drops_oldest_when_full(private_nats: NatsServerProcess) -> None:
+    b = await Bus.connect(bus_settings(private_nats.url, outbox_limit=2), source="t")
+    try:
+        await b.ensure_schema()
+        private_nats.stop()
+        await wait_until(lambda: not b.is_connected, what="disconnect")
+        for _ in range(5):
+            b.emit(released())
+        assert b.dropped >= 3 - 1  # the sender may hold one in flight
+        assert b.outbox_size <= 2
+    finally:
+        private_nats.start()
+        await b.close()
+
+
+async def test_connect_to_nothing_raises_bus_unavailable() -> None:
+    from natsproc import free_port
+
+    settings = bus_settings(f"nats://127.0.0.1:{free_port()}", initial_connect_timeout_s=0.5)
+    with pytest.raises(BusUnavailable):
+        await Bus.connect(settings, source="t")
+
+
+async def test_request_reply_and_no_responder(bus: Bus) -> None:
+    async def echo(payload: bytes) -> bytes:
+        return b"re:" + payload
+
+    service = await bus.serve("gpubus.query.node.n1", echo)
+    assert await bus.request("gpubus.query.node.n1", b"hi") == b"re:hi"
+    await service.stop()
+    with pytest.raises(BusUnavailable):
+        await bus.request("gpubus.query.node.nobody", b"hi", timeout=0.5)
+
+
+def test_settings_repr_hides_secrets() -> None:
+    s = BusSettings(url="nats://u:pw-url@h:4222", password="pw-field", token="tok-secret", user="u")
+    text = repr(s)
+    assert "pw-url" not in text and "pw-field" not in text and "tok-secret" not in text
+    assert "user='u'" in text
+
+
+def test_subject_for_device_event_ends_with_node() -> None:
+    assert subject_for(DeviceHealth(uuid="GPU-1", healthy=False, node="n.7")) == "gpubus.device.health.n_7"
+
+
+async def test_emitted_events_arrive_in_emit_order(bus: Bus) -> None:
+    events = [released(pod=f"p{i}") for i in range(300)]
+    for e in events:
+        bus.emit(e)
+    assert await bus.flush(within_s=20)
+    got = Collector()
+    await bus.subscribe("gpubus.allocation.>", got, deliver="all")
+    await wait_until(lambda: len(got.events) == 300, what="all emitted events")
+    assert got.ids() == [e.id for e in events]

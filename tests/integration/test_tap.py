@@ -1,0 +1,106 @@
+"""``gpubus tap`` as a user runs it: the real CLI in a subprocess against the real server.
+
+Cases: --all replays history as readable lines; --json gives JSON lines with kind/v;
+--node and --pod filter; an undecodable message is printed, not dropped; live events
+arrive after start; a bad --since or --pod is a one-line error with exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import msgpack
+from asyncwait import wait_until
+
+from shared.bus import Bus
+from shared.events import AllocationReleased, DeviceHealth
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def released(node: str, ns: str = "ns", name: str = "p") -> AllocationReleased:
+    return AllocationReleased(pod_uid=uuid.uuid4().hex, namespace=ns, name=name, why="deleted", node=node)
+
+
+async def run_tap(url: str, *args: str) -> tuple[int, list[str], str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpubus", "tap", "--nats", url, "--timeout", "20", *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode().splitlines(), err.decode()
+
+
+async def test_all_replays_history_as_readable_lines(bus: Bus, nats_url: str) -> None:
+    await bus.publish(released("node-1", name="web"))
+    await bus.publish(DeviceHealth(uuid="GPU-9", healthy=False, reason="Xid 79", node="node-2"))
+    code, lines, _ = await run_tap(nats_url, "--all", "--count", "2")
+    assert code == 0
+    assert "allocation.released" in lines[0] and "node-1" in lines[0] and "ns/web" in lines[0]
+    assert "device.health" in lines[1] and "GPU-9 UNHEALTHY" in lines[1]
+
+
+async def test_json_lines_carry_kind_and_version(bus: Bus, nats_url: str) -> None:
+    event = released("node-1")
+    await bus.publish(event)
+    code, lines, _ = await run_tap(nats_url, "--all", "--json", "--count", "1")
+    body = json.loads(lines[0])
+    assert code == 0
+    assert (body["kind"], body["v"], body["id"]) == ("allocation.released", 1, event.id)
+    assert body["source"] == "test"
+
+
+async def test_node_and_pod_filters(bus: Bus, nats_url: str) -> None:
+    await bus.publish(released("node-1", name="a"))
+    await bus.publish(released("node-2", name="b"))
+    await bus.publish(released("node-2", name="c"))
+    _, by_node, _ = await run_tap(nats_url, "--all", "--node", "node-2", "--json", "--count", "2")
+    assert [json.loads(x)["name"] for x in by_node] == ["b", "c"]
+    _, by_pod, _ = await run_tap(nats_url, "--all", "--pod", "ns/c", "--json", "--count", "1")
+    assert [json.loads(x)["name"] for x in by_pod] == ["c"]
+
+
+async def test_undecodable_message_is_shown_not_dropped(bus: Bus, nats_url: str) -> None:
+    await bus.js.publish("gpubus.allocation.released.node-1", msgpack.packb({"kind": "nope", "v": 1}))
+    await bus.publish(released("node-1"))
+    code, lines, _ = await run_tap(nats_url, "allocation.>", "--all", "--count", "2")
+    assert code == 0
+    assert "UNDECODABLE" in lines[0] and "gpubus.allocation.released.node-1" in lines[0]
+    assert "unknown event kind" in lines[0]
+    assert "allocation.released" in lines[1]
+
+
+async def test_live_events_arrive_after_start(bus: Bus, nats_url: str) -> None:
+    await bus.publish(released("node-old"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpubus", "tap", "--nats", nats_url, "--json", "--count", "1",
+        "--timeout", "20", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    fresh = released("node-new")
+
+    async def consumer_exists() -> bool:
+        return len(await bus.js.consumers_info("GPUBUS")) > 0
+
+    await wait_until(consumer_exists, timeout=20, what="tap to subscribe")
+    await bus.publish(fresh)
+    out, _ = await proc.communicate()
+    assert json.loads(out.decode().splitlines()[0])["id"] == fresh.id
+
+
+async def test_bad_since_is_a_one_line_error() -> None:
+    code, _, err = await run_tap("nats://127.0.0.1:1", "--since", "yesterday")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "error: --since 'yesterday': expected a duration like 30s, 10m, 2h or 1d"]
+
+
+async def test_unreachable_nats_is_a_one_line_error() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpubus", "tap", "--nats", "nats://127.0.0.1:1",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={"GPUBUS_BUS_INITIAL_CONNECT_TIMEOUT_S": "0.5", "PATH": "/usr/bin:/bin"})
+    _, err = await proc.communicate()
+    assert proc.returncode == 1
+    assert err.decode().strip().splitlines()[-1].startswith("error: cannot connect to NATS")

@@ -1,0 +1,213 @@
+"""``gpubus explain`` core: a cluster snapshot + a pod -> why each node fits or not (pure, no I/O).
+
+API:
+    load_cluster(data) -> list[NodeState]     parsed CLUSTER.json -> node states; SnapshotError names the
+                                              offending field (``nodes[0].devices[2].devmem: ...``)
+    explain(nodes, pod, policy) -> Report     runs the scheduler's own filter_nodes / fit_pod
+    render_table(report) -> str               the human view
+
+CLUSTER.json: ``{"nodes": [{"name", "annotations", "devices": [{"id", "index", "type", "count", "devmem",
+"devcore", "numa", "mode", "health", "used", "usedmem", "usedcores"}]}]}``. Unknown fields are ignored;
+missing usage means 0, missing ``health`` healthy, missing ``count`` the default split count (10). The JSON
+report shape is a stable interface (issue 2). This module must not read files or print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+from services.scheduler.fit import DEFAULT_POLICIES, NodeFit, NodeState, Policies, filter_nodes, fit_pod
+from shared.annotations import encode_pod_devices
+from shared.errors import BadInput
+from shared.model import PERCENT_UNSET, DeviceInfo, DeviceUsage, DeviceUUID, NodeName, PodRequest
+
+DEFAULT_SPLIT = 10
+"""HAMi deviceSplitCount default, used when a device has no ``count``."""
+
+
+class SnapshotError(BadInput):
+    """CLUSTER.json does not have the documented shape; the message names the field."""
+
+
+class RequestView(TypedDict):
+    name: str
+    nums: int
+    memreq: int
+    mempercentagereq: int
+    coresreq: int
+
+
+class DeviceView(TypedDict):
+    uuid: str
+    type: str
+    usedmem: int
+    usedcores: int
+
+
+class NodeView(TypedDict):
+    fit: bool
+    score: float
+    reason: str
+    reasons: dict[str, int]
+    containers: list[list[DeviceView]]
+    annotation: str
+
+
+class Report(TypedDict):
+    chosen: str | None
+    requests: list[RequestView]
+    nodes: dict[str, NodeView]
+
+
+def _int(obj: Mapping[str, object], key: str, where: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if value is None:
+        raise SnapshotError(f"{where}.{key}: required")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SnapshotError(f"{where}.{key}: expected an integer, got {value!r}")
+    if value < 0:
+        raise SnapshotError(f"{where}.{key}: must not be negative, got {value}")
+    return value
+
+
+def _str(obj: Mapping[str, object], key: str, where: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str) or (default is None and not value):
+        raise SnapshotError(f"{where}.{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _device(raw: object, where: str, position: int) -> tuple[DeviceInfo, DeviceUsage]:
+    if not isinstance(raw, dict):
+        raise SnapshotError(f"{where}: expected an object")
+    health = raw.get("health", True)
+    if not isinstance(health, bool):
+        raise SnapshotError(f"{where}.health: expected true or false, got {health!r}")
+    info = DeviceInfo(
+        id=DeviceUUID(_str(raw, "id", where)),
+        index=_int(raw, "index", where, position),
+        type=_str(raw, "type", where, "NVIDIA"),
+        count=_int(raw, "count", where, DEFAULT_SPLIT),
+        devmem=_int(raw, "devmem", where),
+        devcore=_int(raw, "devcore", where, 100),
+        numa=_int(raw, "numa", where, 0),
+        mode=_str(raw, "mode", where, "hami-core"),
+        health=health,
+    )
+    use = DeviceUsage(
+        used=_int(raw, "used", where, 0),
+        usedmem=_int(raw, "usedmem", where, 0),
+        usedcores=_int(raw, "usedcores", where, 0),
+    )
+    return info, use
+
+
+def _node(raw: object, where: str) -> NodeState:
+    if not isinstance(raw, dict):
+        raise SnapshotError(f"{where}: expected an object")
+    name = _str(raw, "name", where)
+    annotations = raw.get("annotations") or {}
+    if not isinstance(annotations, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
+    ):
+        raise SnapshotError(f"{where}.annotations: expected an object of strings")
+    devices = raw.get("devices", [])
+    if not isinstance(devices, list):
+        raise SnapshotError(f"{where}.devices: expected a list")
+    pairs = [_device(d, f"{where}.devices[{i}]", i) for i, d in enumerate(devices)]
+    seen = [d.id for d, _ in pairs]
+    if len(set(seen)) != len(seen):
+        raise SnapshotError(f"{where}.devices: duplicate device id")
+    return NodeState(
+        name=NodeName(name),
+        devices=tuple(d for d, _ in pairs),
+        usage=tuple(u for _, u in pairs),
+        annotations=dict(annotations),
+    )
+
+
+def load_cluster(data: object) -> list[NodeState]:
+    """Validate a parsed CLUSTER.json and build one NodeState per node."""
+    if not isinstance(data, dict):
+        raise SnapshotError('cluster: expected a JSON object with a "nodes" list')
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        raise SnapshotError("nodes: expected a list")
+    states = [_node(n, f"nodes[{i}]") for i, n in enumerate(nodes)]
+    names = [s.name for s in states]
+    if len(set(names)) != len(names):
+        raise SnapshotError("nodes: duplicate node name")
+    return states
+
+
+def _requests(pod: PodRequest) -> list[RequestView]:
+    out: list[RequestView] = []
+    for c in pod.containers:
+        r = c.request
+        out.append(
+            RequestView(
+                name=c.name,
+                nums=r.nums if r else 0,
+                memreq=r.memreq if r else 0,
+                mempercentagereq=r.mempercentagereq if r else PERCENT_UNSET,
+                coresreq=r.coresreq if r else 0,
+            )
+        )
+    return out
+
+
+def _view(nf: NodeFit) -> NodeView:
+    return NodeView(
+        fit=nf.fit,
+        score=round(nf.score, 6),
+        reason=nf.reason,
+        reasons={str(k): v for k, v in sorted(nf.reasons.items())},
+        containers=[
+            [DeviceView(uuid=d.uuid, type=d.type, usedmem=d.usedmem, usedcores=d.usedcores) for d in slot]
+            for slot in nf.devices
+        ],
+        annotation=encode_pod_devices(nf.devices) if nf.fit else "",
+    )
+
+
+def explain(nodes: Sequence[NodeState], pod: PodRequest, policy: Policies = DEFAULT_POLICIES) -> Report:
+    """Filter and score every node exactly as the scheduler does; raises AnnotationError on bad weights."""
+    result = filter_nodes(nodes, pod, policy)
+    failed = result.failed_fits()
+    views: dict[str, NodeView] = {}
+    for node in nodes:
+        nf = failed.get(node.name) or fit_pod(node, pod, policy)
+        views[node.name] = _view(nf)
+    chosen = result.best.node if result.best is not None else None
+    return Report(chosen=chosen, requests=_requests(pod), nodes=views)
+
+
+def _describe(r: RequestView) -> str:
+    if r["nums"] == 0:
+        return f"{r['name']}: no GPU"
+    pct = r["mempercentagereq"]
+    mem = f"{r['memreq']} MiB" if r["memreq"] else f"{pct} % memory"
+    return f"{r['name']}: {r['nums']} x ({mem}, {r['coresreq']} % cores)"
+
+
+def render_table(report: Report, pod_name: str = "") -> str:
+    """A table a person reads at a glance: one line per node, fitting nodes first, best first."""
+    chosen = report["chosen"]
+    lines = [f"pod {pod_name}: " + (f"fits, chosen node {chosen}" if chosen else "fits no node")]
+    lines += ["  " + _describe(r) for r in report["requests"]]
+    rows = sorted(report["nodes"].items(), key=lambda kv: (not kv[1]["fit"], kv[0] != chosen, kv[0]))
+    width = max([4, *(len(n) for n in report["nodes"])])
+    lines.append(f"{'NODE':<{width}}  FIT  SCORE   DEVICES / WHY NOT")
+    for name, v in rows:
+        if v["fit"]:
+            detail = "; ".join(
+                " ".join(f"{d['uuid']}({d['usedmem']}MiB,{d['usedcores']}%)" for d in slot)
+                for slot in v["containers"]
+                if slot
+            )
+        else:
+            detail = v["reason"]
+        mark = "*" if name == chosen else " "
+        lines.append(f"{name:<{width}} {mark}{'yes' if v['fit'] else 'no ':<3}  {v['score']:6.2f}  {detail}")
+    return "\n".join(lines)

@@ -1,0 +1,290 @@
+"""Composition root of ``gpubus monitor``: settings -> sources -> monitors -> bus -> /metrics.
+
+One :class:`MonitorApp` serves one or many nodes (the simulator runs one process for all its
+nodes): a :class:`Monitor` per node, each with its own ledger, sources and cache directory, one
+bus connection, one set of ledger subscriptions routed by node, and one ``/metrics`` endpoint
+whose host metrics carry the ``node`` label. Every background task is named, owned and
+awaited on :meth:`MonitorApp.stop`; if one dies the app stops loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgpack
+from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from services.monitor.cgroup import ProcCgroups
+from services.monitor.metrics import MonitorCollector, make_registry
+from services.monitor.monitor import Monitor, MonitorOptions
+from services.monitor.readings import UsageSource
+from services.monitor.settings import MonitorSettings, SourceKind
+from services.monitor.sources.hamicore import CONTAINERS_DIR, HamiCoreSource
+from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
+from services.monitor.sources.sim import SimSource
+from shared.codec import from_wire
+from shared.errors import BusUnavailable, EventDecodeError
+from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
+from shared.model import Allocation
+
+log = logging.getLogger(__name__)
+
+ALLOCATIONS_BUCKET = "allocations"
+INVENTORY_BUCKET = "inventory"
+
+
+class KVPort(Protocol):
+    async def items(self) -> dict[str, Any]: ...
+    async def get(self, key: str) -> Any: ...
+
+
+class BusPort(Protocol):
+    """What the monitor needs of :class:`shared.bus.Bus`."""
+
+    def emit(self, event: Event) -> None: ...
+    async def subscribe(
+        self, subject: str, handler: Callable[[Event], Awaitable[None]], *, deliver: str | float = "new"
+    ) -> Any: ...
+    async def kv(self, bucket: str) -> Any: ...
+
+
+def node_token(node: str) -> str:
+    """The subject token of a node, as :func:`shared.events.subject_for` writes it."""
+    for ch in ". *>":
+        node = node.replace(ch, "_")
+    return node or "_"
+
+
+def build_sources(
+    settings: MonitorSettings,
+    node: str,
+    nvml: Callable[[], NvmlPort] = PynvmlPort,
+) -> list[UsageSource]:
+    """The node's sources in configured (priority) order."""
+    sources: list[UsageSource] = []
+    for kind in settings.sources:
+        if kind == SourceKind.HAMI_CORE:
+            sources.append(HamiCoreSource(Path(settings.hook_path_for(node))))
+        elif kind == SourceKind.NVML:
+            sources.append(NvmlSource(nvml(), ProcCgroups(Path(settings.proc_root))))
+        elif kind == SourceKind.SIM:
+            sources.append(
+                SimSource(
+                    overuse=settings.sim_overuse,
+                    overuse_factor=settings.sim_overuse_factor,
+                    seed=settings.sim_seed,
+                )
+            )
+    return sources
+
+
+def decode_allocation(value: bytes) -> Allocation:
+    """A ledger KV value; :class:`EventDecodeError` when malformed."""
+    try:
+        body = msgpack.unpackb(value, raw=False)
+    except Exception as e:
+        raise EventDecodeError(f"allocation entry is not valid msgpack: {e}") from e
+    return from_wire(Allocation, body)
+
+
+class MonitorApp:
+    """The monitors of one process, their bus wiring, loops and ``/metrics`` server."""
+
+    def __init__(self, settings: MonitorSettings, monitors: Sequence[Monitor], bus: BusPort | None) -> None:
+        self.settings = settings
+        self.monitors = {m.node: m for m in monitors}
+        self.bus = bus
+        self.ledger_decode_errors = 0
+        self.collector = MonitorCollector(
+            self.monitors.values,
+            legacy=settings.legacy_metrics,
+            ledger_decode_errors=lambda: self.ledger_decode_errors,
+        )
+        self.registry = make_registry(self.collector)
+        self.metrics_port = 0
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._subscriptions: list[Any] = []
+        self._failed: asyncio.Future[None] | None = None
+
+    @classmethod
+    def build(
+        cls, settings: MonitorSettings, bus: BusPort | None, nvml: Callable[[], NvmlPort] = PynvmlPort
+    ) -> MonitorApp:
+        emit = bus.emit if bus is not None else _drop
+        monitors = []
+        for node in settings.nodes:
+            options = MonitorOptions(
+                publish_interval_s=settings.publish_interval_s,
+                max_containers_per_event=settings.max_containers_per_event,
+                cleanup_grace_s=settings.cleanup_grace_s,
+                containers_dir=(
+                    Path(settings.hook_path_for(node)) / CONTAINERS_DIR
+                    if SourceKind.HAMI_CORE in settings.sources
+                    else None
+                ),
+            )
+            monitors.append(Monitor(node, build_sources(settings, node, nvml), emit, options))
+        return cls(settings, monitors, bus)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Sync ledgers, subscribe, serve /metrics and start the loops."""
+        self._failed = asyncio.get_running_loop().create_future()
+        if self.bus is not None:
+            await self._subscribe()
+            await self.resync()
+        await self._serve_metrics()
+        self._spawn("monitor-collect", self._every(self.settings.interval_s, self.collect_once))
+        if self.settings.cleanup_interval_s > 0:
+            self._spawn("monitor-cleanup", self._every(self.settings.cleanup_interval_s, self.cleanup_once))
+        if self.bus is not None and self.settings.resync_interval_s > 0:
+            self._spawn(
+                "monitor-resync", self._every(self.settings.resync_interval_s, self.resync, delay=True)
+            )
+
+    async def run(self) -> None:
+        """Start, then wait until a background task dies (re-raised) or the task is cancelled."""
+        await self.start()
+        assert self._failed is not None
+        try:
+            await self._failed
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        for sub in self._subscriptions:
+            with contextlib.suppress(Exception):
+                await sub.stop()
+        self._subscriptions.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        for m in self.monitors.values():
+            m.close()
+
+    # -- work -----------------------------------------------------------------------------
+    async def collect_once(self) -> None:
+        for m in self.monitors.values():
+            m.cycle()
+
+    async def cleanup_once(self) -> None:
+        for m in self.monitors.values():
+            m.cleanup()
+
+    async def resync(self) -> None:
+        """Rebuild every ledger from the ``allocations`` bucket (and devices from ``inventory``)."""
+        assert self.bus is not None
+        try:
+            entries = await (await self.bus.kv(ALLOCATIONS_BUCKET)).items()
+            inventory = await self.bus.kv(INVENTORY_BUCKET)
+            allocations = [a for a in (self._decode(k, e.value) for k, e in entries.items()) if a is not None]
+            for m in self.monitors.values():
+                m.ledger.replace_all(allocations)
+                entry = await inventory.get(m.node)
+                if entry is not None:
+                    self._set_devices(m, entry.value)
+        except BusUnavailable as e:
+            log.warning("ledger resync failed, keeping the current view: %s", e)
+
+    def _set_devices(self, monitor: Monitor, value: bytes) -> None:
+        try:
+            monitor.ledger.devices = from_wire(Inventory, msgpack.unpackb(value, raw=False)).devices
+        except (EventDecodeError, ValueError) as e:
+            self.ledger_decode_errors += 1
+            log.warning("skipping undecodable inventory entry of %s: %s", monitor.node, e)
+
+    def _decode(self, key: str, value: bytes) -> Allocation | None:
+        try:
+            return decode_allocation(value)
+        except EventDecodeError as e:
+            self.ledger_decode_errors += 1
+            log.warning("skipping undecodable allocations entry %s: %s", key, e)
+            return None
+
+    async def on_event(self, event: Event) -> None:
+        """Route a ledger or inventory event to the monitor(s) it concerns."""
+        if isinstance(event, AllocationDecided):
+            target = self.monitors.get(event.allocation.node)
+            if target is not None:
+                target.on_event(event)
+        elif isinstance(event, AllocationReleased):
+            for m in self.monitors.values():
+                m.on_event(event)
+        elif isinstance(event, Inventory) and event.node in self.monitors:
+            self.monitors[event.node].on_event(event)
+
+    def subjects(self) -> list[str]:
+        """One node: its own subjects (plus releases without a node); several: everything, routed here."""
+        if len(self.monitors) == 1:
+            token = node_token(next(iter(self.monitors)))
+            return [
+                f"gpubus.allocation.*.{token}",
+                "gpubus.allocation.released._",
+                f"gpubus.inventory.snapshot.{token}",
+            ]
+        return ["gpubus.allocation.>", "gpubus.inventory.>"]
+
+    async def _subscribe(self) -> None:
+        assert self.bus is not None
+        since = (
+            time.time() - 2.0
+        )  # replay what happens while the snapshot is read; applying twice is harmless
+        for subject in self.subjects():
+            self._subscriptions.append(await self.bus.subscribe(subject, self.on_event, deliver=since))
+
+    async def _serve_metrics(self) -> None:
+        web_app = web.Application()
+        web_app.router.add_get("/metrics", make_aiohttp_handler(self.registry))
+        web_app.router.add_get("/healthz", _healthz)
+        self._runner = web.AppRunner(web_app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.metrics_bind, self.settings.metrics_port)
+        await site.start()
+        addresses = self._runner.addresses
+        self.metrics_port = int(addresses[0][1]) if addresses else self.settings.metrics_port
+        log.info("serving /metrics on %s:%d", self.settings.metrics_bind, self.metrics_port)
+
+    # -- tasks ----------------------------------------------------------------------------
+    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._failed is None or self._failed.done():
+            return
+        error = task.exception()
+        log.error("monitor task %s ended: %r", task.get_name(), error)
+        self._failed.set_exception(error or RuntimeError(f"task {task.get_name()} ended"))
+
+    async def _every(
+        self, interval_s: float, work: Callable[[], Awaitable[None]], delay: bool = False
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + (interval_s if delay else 0.0)
+        while True:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            next_at = max(next_at + interval_s, loop.time())
+            await work()
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+def _drop(event: Event) -> None:
+    log.debug("no bus: %s not published", event.KIND)

@@ -1,0 +1,266 @@
+"""The monitor against a real nats-server and a real /metrics socket.
+
+Cases: limits come from the ledger (KV rebuild at start, then decided/released events);
+usage events carry used vs allowed per container and device; a container pushed over its
+limit yields one usage.over_limit per crossing; one process monitors several nodes and routes
+each decision to its node; an undecodable ledger entry is counted and skipped; the real
+/metrics output (HAMi-core files + simulator) passes promtool; cache dirs of gone pods go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import msgpack
+import pytest_asyncio
+from asyncwait import wait_until
+from prometheus_client.exposition import generate_latest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+
+from test_monitor_metrics import promtool_check
+from test_monitor_sources import GPU0, GPU1, allocation
+
+from services.monitor.app import MonitorApp
+from services.monitor.ledger import MIB
+from services.monitor.region_writer import (
+    Proc,
+    RegionDevice,
+    RegionImage,
+    SlotDevice,
+    build_region,
+)
+from services.monitor.settings import MonitorSettings
+from services.monitor.sources.sim import SimSource
+from shared.bus import Bus
+from shared.codec import to_wire
+from shared.events import AllocationDecided, AllocationReleased, Event, Usage, UsageOverLimit
+from shared.model import Allocation
+
+
+def settings(*nodes: str, **overrides: object) -> MonitorSettings:
+    values: dict[str, object] = dict(
+        nodes=nodes,
+        sources=("sim",),
+        metrics_bind="127.0.0.1",
+        metrics_port=0,
+        interval_s=3600.0,
+        publish_interval_s=0.0,
+        cleanup_interval_s=0.0,
+        resync_interval_s=0.0,
+    )
+    values.update(overrides)
+    return MonitorSettings(**values)  # type: ignore[arg-type]
+
+
+def uid() -> str:
+    return str(uuid.uuid4())
+
+
+async def put_allocation(bus: Bus, a: Allocation) -> None:
+    await (await bus.kv("allocations")).put(a.pod_uid, msgpack.packb(to_wire(a)))
+
+
+class Events:
+    def __init__(self) -> None:
+        self.items: list[Event] = []
+
+    async def __call__(self, event: Event) -> None:
+        self.items.append(event)
+
+    def of(self, kind: type[Event]) -> list[Event]:
+        return [e for e in self.items if isinstance(e, kind)]
+
+
+@pytest_asyncio.fixture
+async def usage_events(bus: Bus) -> AsyncIterator[Events]:
+    got = Events()
+    sub = await bus.subscribe("gpubus.usage.>", got)
+    yield got
+    await sub.stop()
+
+
+async def started(app: MonitorApp) -> MonitorApp:
+    await app.start()
+    return app
+
+
+async def test_limits_come_from_the_ledger_rebuilt_at_start_and_kept_by_events(
+    bus: Bus, usage_events: Events
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    early = allocation(uid(), "early", [[(GPU0, 3000, 30)]], node=node)
+    await put_allocation(bus, early)
+    app = await started(MonitorApp.build(settings(node), bus))
+    try:
+        monitor = app.monitors[node]
+        assert early.pod_uid in monitor.ledger and monitor.ledger.synced
+        late = allocation(uid(), "late", [[(GPU1, 1000, 10)]], node=node)
+        await bus.publish(AllocationDecided(allocation=late, node=node))
+        await wait_until(lambda: late.pod_uid in monitor.ledger, what="decision applied")
+
+        await app.collect_once()
+        await wait_until(
+            lambda: any(len(e.containers) == 2 for e in usage_events.of(Usage)),
+            what="usage event with both pods",
+        )
+        usage = next(e for e in usage_events.of(Usage) if len(e.containers) == 2)
+        assert isinstance(usage, Usage) and usage.node == node and usage.source == "test"
+        limits = {
+            (c.pod, d.uuid): (d.limit_bytes, 0 < d.used_bytes <= d.limit_bytes)
+            for c in usage.containers
+            for d in c.devices
+        }
+        assert limits == {("early", GPU0): (3000 * MIB, True), ("late", GPU1): (1000 * MIB, True)}
+
+        await bus.publish(
+            AllocationReleased(
+                pod_uid=early.pod_uid, namespace="team", name="early", why="deleted", node=node
+            )
+        )
+        await wait_until(lambda: early.pod_uid not in monitor.ledger, what="release applied")
+        assert [c.pod for c in app.monitors[node].cycle().containers] == ["late"]
+    finally:
+        await app.stop()
+
+
+async def test_over_limit_is_published_once_per_crossing(bus: Bus, usage_events: Events) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    hog = allocation(uid(), "hog", [[(GPU0, 2000, 50)]], node=node)
+    await put_allocation(bus, hog)
+    app = await started(MonitorApp.build(settings(node, sim_overuse=("team/hog",)), bus))
+    try:
+        for _ in range(3):
+            await app.collect_once()
+        await wait_until(lambda: len(usage_events.of(Usage)) >= 4, what="usage events")
+        [over] = usage_events.of(UsageOverLimit)
+        assert isinstance(over, UsageOverLimit)
+        assert (over.pod, over.container, over.uuid, over.limit_bytes) == ("hog", "main", GPU0, 2000 * MIB)
+        assert over.used_bytes > over.limit_bytes
+        sim = app.monitors[node].sources[0]
+        assert isinstance(sim, SimSource)
+        sim.set_overuse([])
+        await app.collect_once()
+        sim.set_overuse(["hog"])
+        await app.collect_once()
+        await wait_until(lambda: len(usage_events.of(UsageOverLimit)) == 2, what="second crossing")
+    finally:
+        await app.stop()
+
+
+async def test_one_process_monitors_several_nodes(bus: Bus) -> None:
+    nodes = [f"sim-{i}-{uuid.uuid4().hex[:4]}" for i in range(3)]
+    app = await started(MonitorApp.build(settings(*nodes), bus))
+    try:
+        assert app.subjects() == ["gpubus.allocation.>", "gpubus.inventory.>"]
+        pods = {
+            node: allocation(uid(), f"pod-{i}", [[(GPU0, 100, 10)]], node=node)
+            for i, node in enumerate(nodes)
+        }
+        for node, a in pods.items():
+            await bus.publish(AllocationDecided(allocation=a, node=node))
+        await wait_until(
+            lambda: all(pods[n].pod_uid in app.monitors[n].ledger for n in nodes), what="routing"
+        )
+        assert all(len(app.monitors[n].ledger) == 1 for n in nodes)
+    finally:
+        await app.stop()
+
+
+async def test_undecodable_ledger_entries_are_counted_and_skipped(bus: Bus) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    good = allocation(uid(), "good", [[(GPU0, 100, 10)]], node=node)
+    await put_allocation(bus, good)
+    kv = await bus.kv("allocations")
+    await kv.put("garbage-1", b"\xc1\xc1 not msgpack")
+    await kv.put("garbage-2", msgpack.packb({"pod_uid": 7}))
+    app = await started(MonitorApp.build(settings(node), bus))
+    try:
+        assert app.ledger_decode_errors == 2
+        assert "gpubus_monitor_ledger_decode_errors_total 2.0" in generate_latest(app.registry).decode()
+        assert good.pod_uid in app.monitors[node].ledger
+    finally:
+        await app.stop()
+
+
+def write_region(hook: Path, pod_uid: str, container: str, used: int, limit: int, *, version: int) -> Path:
+    d = hook / "containers" / f"{pod_uid}_{container}"
+    d.mkdir(parents=True)
+    image = RegionImage(
+        version=version,
+        devices=(RegionDevice(uuid=GPU0, limit_bytes=limit),),
+        procs=(Proc(devices=(SlotDevice(total=used, context=10 * MIB, sm_util=12),)),),
+        last_kernel_time=1,
+    )
+    (d / "0d5c.cache").write_bytes(build_region(image))
+    return d
+
+
+async def test_real_metrics_endpoint_passes_promtool(bus: Bus, tmp_path: Path) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    a = allocation(
+        uid(), "trainer", [[(GPU0, 4000, 30)], [(GPU0, 2000, 20)]], containers=("main", "side"), node=node
+    )
+    await put_allocation(bus, a)
+    write_region(tmp_path, a.pod_uid, "main", 1000 * MIB, 4000 * MIB, version=1)
+    write_region(tmp_path, a.pod_uid, "side", 500 * MIB, 2000 * MIB, version=0)
+    (tmp_path / "containers" / "junk_dir").mkdir()
+    (tmp_path / "containers" / "junk_dir" / "x.cache").write_bytes(b"not a region")
+    app = await started(
+        MonitorApp.build(
+            settings(node, sources=("hami-core", "sim"), hook_path=str(tmp_path), legacy_metrics=False), bus
+        )
+    )
+    try:
+        await app.collect_once()
+        url = f"http://127.0.0.1:{app.metrics_port}/metrics"
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/plain")
+            text = await resp.text()
+        labels = f'device_uuid="{GPU0}",namespace="team",pod="trainer",vdevice_index="0",zone="vGPU"'
+        assert f'hami_vgpu_memory_used_bytes{{container="main",{labels}}} 1.048576e+09' in text
+        assert f'hami_vgpu_memory_limit_bytes{{container="side",{labels}}} 2.097152e+09' in text
+        cycles = app.monitors[node].stats.cycles  # the first ran at start
+        assert (
+            f'gpubus_monitor_decode_errors_total{{node="{node}",reason="bad_magic",source="hami-core"}} '
+            f"{float(cycles)}" in text
+        )
+        assert f'gpubus_monitor_samples_total{{node="{node}",source="hami-core"}} {2.0 * cycles}' in text
+        done = promtool_check(text)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        await app.stop()
+
+
+async def test_cache_dirs_of_gone_pods_are_removed_after_the_grace(bus: Bus, tmp_path: Path) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    alive = allocation(uid(), "alive", [[(GPU0, 100, 10)]], node=node)
+    await put_allocation(bus, alive)
+    kept = write_region(tmp_path, alive.pod_uid, "main", 1, 1, version=1)
+    gone = write_region(tmp_path, uid(), "main", 1, 1, version=1)
+    fresh = write_region(tmp_path, uid(), "main", 1, 1, version=1)
+    os.utime(gone, (1, 1))
+    os.utime(kept, (1, 1))
+    app = await started(
+        MonitorApp.build(
+            settings(node, sources=("hami-core",), hook_path=str(tmp_path), cleanup_grace_s=600.0), bus
+        )
+    )
+    try:
+        await app.cleanup_once()
+        assert (kept.exists(), gone.exists(), fresh.exists()) == (True, False, True)
+        assert app.monitors[node].stats.cache_dirs_removed == 1
+    finally:
+        await app.stop()
+
+
+def test_settings_replace_node_in_the_hook_path() -> None:
+    s = dataclasses.replace(settings("a", "b"), hook_path="/var/sim/{node}/vgpu")
+    assert [s.hook_path_for(n) for n in s.nodes] == ["/var/sim/a/vgpu", "/var/sim/b/vgpu"]

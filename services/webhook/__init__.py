@@ -1,0 +1,1 @@
+"""The mutating admission webhook: which pods are gpubus's, HAMi's defaults, refusals, schedulerName."""

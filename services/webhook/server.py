@@ -1,0 +1,131 @@
+"""The webhook's HTTP surface: ``POST /webhook`` (and ``/mutate``), ``/healthz``, ``/readyz``, ``/metrics``.
+
+The review handler only reads the body, decodes, calls :func:`admit`, encodes and emits the event;
+every failure is mapped to an HTTP answer in :func:`_failure` and nowhere else. It knows nothing
+about TLS files, NATS connections or Kubernetes clients: those arrive built, in :class:`Deps`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from services.webhook.admission import AdmissionDecision, AdmissionSettings, admit
+from services.webhook.buslink import EventSink
+from services.webhook.errors import BadRequestKind, BadReview
+from services.webhook.events import event_for
+from services.webhook.metrics import WebhookMetrics
+from services.webhook.quota import NO_QUOTA
+from services.webhook.quota_cache import QuotaCache
+from services.webhook.reviews import AdmissionRequest, decode_review, encode_failure, encode_response
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+REVIEW_PATHS = ("/webhook", "/mutate")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deps:
+    """What the handlers use, built by the composition root."""
+
+    settings: AdmissionSettings
+    quotas: QuotaCache
+    events: EventSink
+    metrics: WebhookMetrics
+    max_body_bytes: int
+    source: str = "webhook"
+    bus_connected: Callable[[], bool] = lambda: False
+
+
+def build_app(deps: Deps) -> web.Application:
+    app = web.Application(client_max_size=deps.max_body_bytes)
+    review = _review_handler(deps)
+    for path in REVIEW_PATHS:
+        app.router.add_post(path, review)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz_handler(deps))
+    app.router.add_get("/metrics", make_aiohttp_handler(deps.metrics.registry))
+    return app
+
+
+def _review_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]]:
+    metrics = deps.metrics
+
+    async def review(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            api_version, req = decode_review(await _read_body(request, deps.max_body_bytes))
+            creating = req.get("operation") == "CREATE"
+            quotas = await deps.quotas.view(str(req.get("namespace") or "")) if creating else NO_QUOTA
+            decision = admit(req, deps.settings, quotas)
+            body = encode_response(
+                api_version,
+                req["uid"],
+                allowed=decision.allowed,
+                patch=decision.patch,
+                code=decision.code,
+                message=decision.message,
+                warnings=decision.warnings,
+            )
+            _record(deps, decision, req)
+            return web.Response(body=body, content_type=JSON)
+        except Exception as e:
+            return _failure(e, metrics)
+        finally:
+            metrics.latency.observe(time.perf_counter() - started)
+
+    return review
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BadReview(
+            BadRequestKind.TOO_LARGE, f"request body of {length} bytes exceeds the {limit} byte limit"
+        )
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise BadReview(BadRequestKind.TOO_LARGE, f"request body exceeds the {limit} byte limit") from None
+
+
+def _record(deps: Deps, decision: AdmissionDecision, req: AdmissionRequest) -> None:
+    deps.metrics.requests.labels("allowed" if decision.allowed else "denied").inc()
+    deps.metrics.decisions.labels(decision.outcome.value).inc()
+    if not decision.allowed:
+        log.info("denied %s/%s: %s", req.get("namespace", ""), req.get("name", ""), decision.message)
+    event = event_for(decision, req, deps.source)
+    if event is not None:
+        deps.events.emit(event)
+
+
+def _failure(error: Exception, metrics: WebhookMetrics) -> web.Response:
+    """The one place errors become HTTP answers: 413/400 for bad bodies, 500 for our own faults."""
+    if isinstance(error, BadReview):
+        status = 413 if error.kind is BadRequestKind.TOO_LARGE else 400
+        metrics.bad_requests.labels(error.kind.value).inc()
+        log.warning("bad admission request (%s): %s", error.kind.value, error.message)
+        body = encode_failure(error.api_version, error.uid, status, error.message)
+        return web.Response(status=status, body=body, content_type=JSON)
+    metrics.requests.labels("errored").inc()
+    log.exception("admission failed")
+    body = encode_failure("", "", 500, f"internal error in the gpubus webhook: {type(error).__name__}")
+    return web.Response(status=500, body=body, content_type=JSON)
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def _readyz_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def readyz(request: web.Request) -> web.Response:
+        # Admission never depends on NATS, so the bus state is reported, not required.
+        return web.json_response({"ok": True, "bus": "connected" if deps.bus_connected() else "connecting"})
+
+    return readyz

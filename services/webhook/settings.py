@@ -1,0 +1,94 @@
+"""Settings of ``gpubus webhook``: one frozen dataclass, CLI > env (``GPUBUS_WEBHOOK_*``) > YAML file.
+
+:meth:`WebhookSettings.admission` is the part the admission core sees. NATS is configured by
+:class:`shared.bus.BusSettings` (env ``GPUBUS_BUS_*``), like every other service.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.webhook.admission import AdmissionSettings, GpuCorePolicy
+from shared.requests import ResourceNames
+
+ENV_PREFIX = "GPUBUS_WEBHOOK_"
+#: Bigger bodies are refused before they are parsed (contract: bodies over 1 MiB get a clear error).
+MAX_BODY_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebhookSettings:
+    """Everything ``gpubus webhook`` can be told."""
+
+    bind: str = "0.0.0.0"
+    """Address to listen on."""
+    port: int = 8443
+    """HTTPS port (the Service maps 443 to it)."""
+    cert: str = ""
+    """PEM serving certificate (chain); reloaded when the file changes. Empty = plain HTTP (tests only)."""
+    key: str = ""
+    """PEM private key of ``cert``."""
+    cert_check_interval_s: float = 1.0
+    """Least time between two checks of the cert/key files for a rotation, seconds."""
+    max_body_bytes: int = MAX_BODY_BYTES
+    """Largest AdmissionReview accepted, bytes."""
+    scheduler_name: str = "gpubus-scheduler"
+    """schedulerName written to GPU pods; empty leaves pods' schedulerName alone."""
+    force_overwrite_default_scheduler: bool = True
+    """Also reroute pods that name ``default-scheduler`` (HAMi's default)."""
+    resource_name: str = "nvidia.com/gpu"
+    resource_mem: str = "nvidia.com/gpumem"
+    resource_mem_percentage: str = "nvidia.com/gpumem-percentage"
+    resource_cores: str = "nvidia.com/gpucores"
+    resource_priority: str = "nvidia.com/priority"
+    default_mem: int = 0
+    """MiB given to a card request with neither memory nor percentage (0 = the whole card)."""
+    default_cores: int = 0
+    """Cores (% of a card) given when none are requested."""
+    default_gpu_num: int = 1
+    """Cards implied by a memory/cores request without a count (0 = imply nothing)."""
+    memory_factor: int = 1
+    """``gpumem`` values are multiplied by this (HAMi memoryFactor)."""
+    gpu_core_policy: str = "default"
+    """``default``, ``force`` or ``disable``; the latter two become ``GPU_CORE_UTILIZATION_POLICY``."""
+    overwrite_env: bool = False
+    """Give containers without a GPU ``NVIDIA_VISIBLE_DEVICES=none``."""
+    runtime_class_name: str = ""
+    """runtimeClassName set on GPU pods that name none (empty = leave it)."""
+    allow_limiter_env_namespaces: tuple[str, ...] = ()
+    """Namespaces whose pods may set the limiter's env vars (comma-separated in env/CLI)."""
+    quota_cache_ttl_s: float = 10.0
+    """How long a namespace's ResourceQuotas are reused, seconds."""
+    kubeconfig: str = ""
+    """Kubeconfig for reading ResourceQuotas; with neither this nor ``in_cluster`` quotas are not checked."""
+    in_cluster: bool = False
+    """Use the pod's service account to reach the API server."""
+    source: str = "webhook"
+    """Stamped on every event as ``source``."""
+    log_level: str = "info"
+    log_json: bool = False
+
+    def names(self) -> ResourceNames:
+        return ResourceNames(
+            count=self.resource_name,
+            memory=self.resource_mem,
+            memory_percentage=self.resource_mem_percentage,
+            cores=self.resource_cores,
+            priority=self.resource_priority,
+            default_memory=self.default_mem,
+            default_cores=self.default_cores,
+            default_gpu_num=self.default_gpu_num,
+            memory_factor=self.memory_factor,
+        )
+
+    def admission(self) -> AdmissionSettings:
+        """Raises ValueError for an unknown core policy (checked once, at start-up)."""
+        return AdmissionSettings(
+            names=self.names(),
+            scheduler_name=self.scheduler_name,
+            force_overwrite_default_scheduler=self.force_overwrite_default_scheduler,
+            gpu_core_policy=GpuCorePolicy(self.gpu_core_policy),
+            overwrite_env=self.overwrite_env,
+            runtime_class_name=self.runtime_class_name,
+            allow_limiter_env_namespaces=frozenset(self.allow_limiter_env_namespaces),
+        )

@@ -1,0 +1,145 @@
+"""The Allocate response builder and the preferred-replica choice: the pure core of the device plugin.
+
+Given the devices the scheduler decided for one container, it returns exactly the env vars and
+mounts HAMi-core (``libvgpu.so``) reads, byte-compatible with HAMi's device plugin. It does no
+I/O: the shell generates the cache id, checks which optional host files exist and creates the
+per-container cache directory. It must not import grpc, nats or aiohttp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from services.node_agent.errors import BadAllocateRequest
+from shared.model import ContainerDevice, DeviceUUID
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
+SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
+SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"
+LOG_LEVEL = "LIBCUDA_LOG_LEVEL"
+CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
+VGPU_LOCK = "/tmp/vgpulock"
+LD_PRELOAD_FILE = "/etc/ld.so.preload"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerResponse:
+    """One ``ContainerAllocateResponse``: env vars and mounts."""
+
+    envs: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocateConfig:
+    """The node-level inputs of a response (from settings and what the shell found on the host)."""
+
+    hook_path: str = "/usr/local"
+    memory_scaling: float = 1.0
+    disable_core_limit: bool = False
+    core_policy: str = "default"
+    lib_cuda_log_level: int = 1
+    libvgpu_file: str = "libvgpu.so"
+    """Host file name under ``<hook>/vgpu`` (``libvgpu.so.<version>`` when present)."""
+    license_present: bool = False
+    """``<hook>/vgpu/license`` exists: mount it and ``vgpuvalidator`` as HAMi does."""
+
+
+def cache_dir(hook_path: str, pod_uid: str, container: str) -> str:
+    """Host directory mounted at ``<hook>/vgpu``: ``<hook>/vgpu/containers/<podUID>_<ctr>``."""
+    for part, what in ((pod_uid, "pod UID"), (container, "container name")):
+        if not part or "/" in part or part in (".", ".."):
+            raise BadAllocateRequest(f"{what} {part!r} cannot name a cache directory")
+    return f"{hook_path}/vgpu/containers/{pod_uid}_{container}"
+
+
+def build_container_response(
+    devices: Sequence[ContainerDevice],
+    config: AllocateConfig,
+    *,
+    pod_uid: str,
+    container: str,
+    cache_id: str,
+    disable_control: bool = False,
+) -> ContainerResponse:
+    """Envs and mounts for one container; ``cache_id`` is a fresh uuid4 chosen by the caller."""
+    if not devices:
+        raise BadAllocateRequest(f"container {container} of pod {pod_uid} has no decided devices")
+    vgpu = f"{config.hook_path}/vgpu"
+    return ContainerResponse(
+        envs=_envs(devices, config, f"{vgpu}/{cache_id}.cache"),
+        mounts=_mounts(config, cache_dir(config.hook_path, pod_uid, container), disable_control),
+    )
+
+
+def _envs(devices: Sequence[ContainerDevice], config: AllocateConfig, cache_file: str) -> dict[str, str]:
+    envs = {VISIBLE_DEVICES: ",".join(d.uuid for d in devices)}
+    for i, device in enumerate(devices):
+        envs[f"{MEMORY_LIMIT}_{i}"] = f"{device.usedmem}m"
+    envs[SM_LIMIT] = str(devices[0].usedcores)
+    envs[SHARED_CACHE] = cache_file
+    if config.memory_scaling > 1:
+        envs[OVERSUBSCRIBE] = "true"
+    envs[LOG_LEVEL] = str(config.lib_cuda_log_level)
+    if config.disable_core_limit:
+        envs[CORE_POLICY] = "disable"
+    elif config.core_policy in ("force", "disable"):
+        envs[CORE_POLICY] = config.core_policy
+    return envs
+
+
+def _mounts(config: AllocateConfig, host_cache_dir: str, disable_control: bool) -> tuple[Mount, ...]:
+    vgpu = f"{config.hook_path}/vgpu"
+    mounts = [
+        Mount(container_path=f"{vgpu}/libvgpu.so", host_path=f"{vgpu}/{config.libvgpu_file}", read_only=True),
+        Mount(container_path=vgpu, host_path=host_cache_dir, read_only=False),
+        Mount(container_path=VGPU_LOCK, host_path=VGPU_LOCK, read_only=False),
+    ]
+    if not disable_control:
+        mounts.append(
+            Mount(container_path=LD_PRELOAD_FILE, host_path=f"{vgpu}/ld.so.preload", read_only=True)
+        )
+    if config.license_present:
+        mounts.append(Mount(container_path="/tmp/license", host_path=f"{vgpu}/license", read_only=True))
+        mounts.append(
+            Mount(container_path="/usr/bin/vgpuvalidator", host_path=f"{vgpu}/vgpuvalidator", read_only=True)
+        )
+    return tuple(mounts)
+
+
+def preferred_replicas(
+    decided: Sequence[DeviceUUID],
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+    uuid_of: Mapping[str, DeviceUUID],
+) -> tuple[str, ...]:
+    """Replica IDs of the decided GPUs, must-include first, then the first available per missing GPU.
+
+    Returns fewer than ``size`` IDs when the decided GPUs have no free replica left; the kubelet
+    fills the rest itself and Allocate then notices the mismatch.
+    """
+    wanted = list(decided)
+    chosen: list[str] = []
+    for device_id in must_include:
+        uuid = uuid_of.get(device_id)
+        if uuid in wanted:
+            wanted.remove(uuid)
+        chosen.append(device_id)
+    taken = set(chosen)
+    for uuid in wanted:
+        pick = next((d for d in available if d not in taken and uuid_of.get(d) == uuid), None)
+        if pick is not None:
+            chosen.append(pick)
+            taken.add(pick)
+    return tuple(chosen[:size])

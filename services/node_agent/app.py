@@ -1,0 +1,403 @@
+"""Composition root of the node-agent: one :class:`NodeAgent` per node, and :func:`run` for the CLI.
+
+A ``NodeAgent`` wires a device source, the advertised state, the handoff, the kubelet-side
+server, the bus side (inventory, health, decisions, outcome events, leases) and optional
+Kubernetes node annotation. Many agents may share one process and one bus (the simulator).
+Every background task is owned by the agent's :class:`TaskSet` and stopped by :meth:`stop`.
+Orchestration only; decisions live in the pure cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+
+import msgpack
+from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from services.node_agent.advertised import Advertised, Snapshot
+from services.node_agent.background import TaskSet
+from services.node_agent.discovery import DeviceSource, HealthChange, HealthInjector, HealthPolicy
+from services.node_agent.errors import DiscoveryError
+from services.node_agent.handoff import Handoff
+from services.node_agent.kubelet import PluginServer
+from services.node_agent.metrics import NodeAgentMetrics
+from services.node_agent.pending import Completed
+from services.node_agent.plugin import DevicePluginServicer
+from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.simulated import SimulatedSource
+from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, compare
+from shared.annotations import NODE_REGISTER, encode_node_devices
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, Service, Subscription
+from shared.codec import from_wire, to_wire
+from shared.errors import BusUnavailable, EventDecodeError, GpubusError
+from shared.events import (
+    AllocationDecided,
+    AllocationMismatch,
+    AllocationReleased,
+    DeviceHealth,
+    Event,
+    Inventory,
+    subject_for,
+)
+from shared.handoff import lease_key
+from shared.kube import KubeApi, KubeClient
+from shared.model import Allocation, DeviceUUID, PodUID
+
+log = logging.getLogger(__name__)
+
+_VERIFY_ATTEMPTS = 6
+_LEASE_RETRY_S = 1.0
+
+
+def node_token(node: str) -> str:
+    """The node's last subject token, sanitised exactly as :func:`subject_for` does."""
+    return subject_for(Event(node=node)).rsplit(".", 1)[1]
+
+
+def health_subject(node: str) -> str:
+    return f"gpubus.query.health.{node_token(node)}"
+
+
+def open_source(settings: NodeAgentSettings) -> DeviceSource | None:
+    """Simulated if asked, else NVML; None (advertise nothing) when NVML fails and that is allowed."""
+    if settings.simulate:
+        return SimulatedSource(settings.node_name, settings.simulate)
+    from services.node_agent.nvml import NvmlSource
+
+    policy = HealthPolicy.parse(settings.disable_healthchecks, settings.enable_healthchecks)
+    try:
+        return NvmlSource.open(policy, settings.health_recovery_s, settings.preconfigured_device_memory)
+    except DiscoveryError:
+        if settings.fail_on_init_error:
+            raise
+        log.warning("NVML unavailable and --no-fail-on-init-error: advertising no GPUs", exc_info=True)
+        return None
+
+
+class _NoDevices:
+    """The source of a node without usable GPUs (NVML failed, fail_on_init_error off)."""
+
+    def devices(self) -> tuple[()]:
+        return ()
+
+    async def health_changes(self) -> AsyncIterator[HealthChange]:
+        return
+        yield  # makes this an async generator that ends at once
+
+    async def close(self) -> None:
+        return None
+
+
+class NodeAgent:
+    """Everything one node needs; :meth:`start` brings it up, :meth:`stop` takes it down."""
+
+    def __init__(
+        self,
+        settings: NodeAgentSettings,
+        *,
+        source: DeviceSource | None,
+        bus: Bus,
+        kube: KubeApi | None = None,
+        metrics: NodeAgentMetrics | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.node = settings.node_name
+        self.source: DeviceSource = source if source is not None else _NoDevices()
+        self.bus = bus
+        self.kube = kube
+        self.metrics = metrics or NodeAgentMetrics()
+        self.tasks = TaskSet(f"node-agent/{self.node}", on_fatal)
+        self.advertised = Advertised(self.source.devices(), settings)
+        self.handoff = Handoff(
+            settings=settings,
+            uuid_of=self.advertised.uuid_of,
+            emit=bus.emit,
+            metrics=self.metrics,
+            on_done=self._pod_done,
+        )
+        servicer = DevicePluginServicer(
+            self.advertised, self.handoff, self.metrics, preferred=settings.enable_preferred_allocation
+        )
+        self.plugin = PluginServer(settings, servicer, self.metrics)
+        self.pod_resources = (
+            PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
+            if settings.pod_resources_socket
+            else None
+        )
+        self._subscription: Subscription | None = None
+        self._health_service: Service | None = None
+        self._annotation = ""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._subscription = await self.bus.subscribe(
+            f"gpubus.allocation.*.{node_token(self.node)}", self._on_event, deliver="new"
+        )
+        await self._rebuild_from_kv()
+        await self._reconcile_with_kubelet()
+        if isinstance(self.source, HealthInjector):
+            self._health_service = await self.bus.serve(health_subject(self.node), self._on_health_request)
+        await self.plugin.start()
+        self.tasks.spawn("kubelet-watch", self.plugin.run(), root=True)
+        self.tasks.spawn("health", self._health_loop(), root=True)
+        self.tasks.spawn("inventory", self._inventory_loop(), root=True)
+        self._count_devices(self.advertised.snapshot)
+        log.info(
+            "node-agent for %s up: %d GPUs, %d replicas",
+            self.node,
+            len(self.advertised.snapshot.devices),
+            len(self.advertised.snapshot.replicas),
+        )
+
+    async def stop(self) -> None:
+        if self._subscription is not None:
+            await self._subscription.stop()
+        if self._health_service is not None:
+            await self._health_service.stop()
+        await self.tasks.close()
+        await self.plugin.stop()
+        await self.source.close()
+        if self.pod_resources is not None:
+            await self.pod_resources.close()
+
+    # -- decisions -----------------------------------------------------------------------------
+    async def _on_event(self, event: Event) -> None:
+        if isinstance(event, AllocationDecided):
+            self.handoff.decided(event.allocation)
+        elif isinstance(event, AllocationReleased):
+            self.handoff.released(PodUID(event.pod_uid))
+
+    async def _rebuild_from_kv(self) -> None:
+        try:
+            entries = await (await self.bus.kv(ALLOCATIONS)).items()
+        except BusUnavailable as e:
+            log.warning("cannot rebuild pending decisions from KV now: %s", e)
+            return
+        allocations = []
+        for key, entry in entries.items():
+            try:
+                allocations.append(from_wire(Allocation, msgpack.unpackb(entry.value, raw=False)))
+            except (EventDecodeError, ValueError, msgpack.UnpackException) as e:
+                self.metrics.bad_requests.labels(method="allocations_kv").inc()
+                log.warning("allocations/%s is not an Allocation: %s", key, e)
+        log.info("rebuilt %d pending decisions for %s from KV", self.handoff.rebuild(allocations), self.node)
+
+    async def _reconcile_with_kubelet(self) -> None:
+        if self.pod_resources is None or not len(self.handoff.table):
+            return
+        try:
+            self.handoff.reconcile(await self.pod_resources.assigned())
+        except PodResourcesUnavailable as e:
+            log.info("not reconciling with the kubelet: %s", e)
+
+    def _pod_done(self, allocation: Allocation, completed: Completed | None) -> None:
+        self.tasks.spawn(f"release-{allocation.pod_uid}", self._release_leases(allocation))
+        if completed is not None and self.pod_resources is not None:
+            self.tasks.spawn(f"verify-{allocation.pod_uid}", self._verify(allocation))
+
+    async def _release_leases(self, allocation: Allocation) -> None:
+        sizes = sorted({len(d) for d in allocation.devices if d})
+        deadline = asyncio.get_running_loop().time() + self.bus.settings.lock_ttl_s
+        for size in sizes:
+            while True:
+                try:
+                    lease = await self.bus.lease(
+                        lease_key(self.node, size), allocation.pod_uid, auto_renew=False
+                    )
+                    await lease.release()
+                    break
+                except BusUnavailable as e:
+                    if asyncio.get_running_loop().time() > deadline:
+                        log.info("lease %s not released (%s); its TTL ends it", lease_key(self.node, size), e)
+                        break
+                    await asyncio.sleep(_LEASE_RETRY_S)
+
+    async def _verify(self, allocation: Allocation) -> None:
+        assert self.pod_resources is not None
+        delay = self.settings.verify_delay_s
+        for _ in range(_VERIFY_ATTEMPTS):
+            await asyncio.sleep(delay)
+            delay *= 2
+            try:
+                mismatches = compare(allocation, await self.pod_resources.assigned())
+            except PodResourcesUnavailable as e:
+                log.info("verify %s/%s: %s", allocation.namespace, allocation.name, e)
+                continue
+            if mismatches is None:
+                continue
+            self.metrics.verifications.labels(result="mismatch" if mismatches else "ok").inc()
+            for m in mismatches:
+                self.metrics.mismatches.labels(where="pod_resources").inc()
+                log.warning(
+                    "pod %s/%s container %s: kubelet assigned %s, decided %s",
+                    allocation.namespace,
+                    allocation.name,
+                    m.container,
+                    m.actual,
+                    m.expected,
+                )
+                self.bus.emit(
+                    AllocationMismatch(
+                        node=self.node,
+                        pod_uid=allocation.pod_uid,
+                        namespace=allocation.namespace,
+                        name=allocation.name,
+                        container=m.container,
+                        expected=m.expected,
+                        actual=m.actual,
+                    )
+                )
+            return
+        self.metrics.verifications.labels(result="unlisted").inc()
+        log.info("verify %s/%s: the kubelet never listed the pod", allocation.namespace, allocation.name)
+
+    # -- devices ---------------------------------------------------------------------------------
+    async def _health_loop(self) -> None:
+        async for change in self.source.health_changes():
+            self.apply_health(change)
+
+    def apply_health(self, change: HealthChange) -> None:
+        if not self.advertised.apply(change):
+            return
+        self.metrics.health_transitions.labels(healthy=str(change.healthy).lower()).inc()
+        self._count_devices(self.advertised.snapshot)
+        log.warning(
+            "GPU %s on %s is now %s: %s",
+            change.uuid,
+            self.node,
+            "healthy" if change.healthy else "unhealthy",
+            change.reason,
+        )
+        self.bus.emit(
+            DeviceHealth(node=self.node, uuid=change.uuid, healthy=change.healthy, reason=change.reason)
+        )
+
+    def _count_devices(self, snapshot: Snapshot) -> None:
+        healthy = sum(1 for d in snapshot.devices if d.health)
+        self.metrics.devices.labels(health="healthy").set(healthy)
+        self.metrics.devices.labels(health="unhealthy").set(len(snapshot.devices) - healthy)
+
+    async def _on_health_request(self, payload: bytes) -> bytes:
+        """``{"uuid": "GPU-..." | "index": N, "healthy": bool, "reason": str}`` -> ``{"ok": true}``."""
+        try:
+            change = self._parse_health_request(payload)
+        except ValueError as e:
+            self.metrics.bad_requests.labels(method="health_query").inc()
+            return json.dumps({"ok": False, "error": str(e)}).encode()
+        assert isinstance(self.source, HealthInjector)
+        self.source.inject(change)
+        return json.dumps({"ok": True, "uuid": change.uuid}).encode()
+
+    def _parse_health_request(self, payload: bytes) -> HealthChange:
+        body = json.loads(payload)
+        if not isinstance(body, dict) or not isinstance(body.get("healthy"), bool):
+            raise ValueError('expected {"uuid" or "index", "healthy": bool, "reason"}')
+        uuid = body.get("uuid")
+        if uuid is None and isinstance(body.get("index"), int):
+            uuid = self.advertised.physical_by_index(body["index"])
+        if not isinstance(uuid, str) or not self.advertised.known(uuid):
+            raise ValueError(f"no GPU {body.get('uuid', body.get('index'))!r} on node {self.node}")
+        return HealthChange(
+            uuid=DeviceUUID(uuid), healthy=body["healthy"], reason=str(body.get("reason", ""))
+        )
+
+    async def _inventory_loop(self) -> None:
+        """Publish the full inventory on start, on every change and every ``heartbeat_s``."""
+        while True:
+            snapshot = self.advertised.snapshot
+            await self._publish_inventory(snapshot)
+            await self._annotate_node(snapshot)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.advertised.changed(snapshot.generation), self.settings.heartbeat_s
+                )
+
+    async def _publish_inventory(self, snapshot: Snapshot) -> None:
+        event = Inventory(
+            node=self.node,
+            source=self.bus.source,
+            devices=snapshot.devices,
+            heartbeat_s=self.settings.heartbeat_s,
+            generation=snapshot.generation,
+        )
+        self.bus.emit(event)
+        try:
+            await (await self.bus.kv(INVENTORY)).put(
+                self.node, msgpack.packb(to_wire(event), use_bin_type=True)
+            )
+        except BusUnavailable as e:
+            log.info("inventory KV not written (%s); next heartbeat retries", e)
+
+    async def _annotate_node(self, snapshot: Snapshot) -> None:
+        """HAMi's register annotation, patched only when its JSON changes."""
+        if self.kube is None:
+            return
+        value = encode_node_devices(snapshot.devices)
+        if value == self._annotation:
+            return
+        try:
+            await self.kube.patch_node(self.node, {"metadata": {"annotations": {NODE_REGISTER: value}}})
+        except GpubusError as e:
+            log.warning("cannot write %s on node %s: %s", NODE_REGISTER, self.node, e)
+            return
+        self._annotation = value
+
+
+async def kube_client(settings: NodeAgentSettings) -> KubeApi | None:
+    """The Kubernetes API for the node annotation, or None when none is configured."""
+    if settings.kubeconfig:
+        return await KubeClient.from_kubeconfig(settings.kubeconfig)
+    if settings.in_cluster:
+        return await KubeClient.in_cluster()
+    return None
+
+
+async def metrics_server(settings: NodeAgentSettings, metrics: NodeAgentMetrics) -> web.AppRunner | None:
+    """``/metrics`` on ``metrics_host:metrics_port`` (None when the port is 0)."""
+    if not settings.metrics_port:
+        return None
+    app = web.Application()
+    app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.metrics_host, settings.metrics_port).start()
+    return runner
+
+
+async def run(settings: NodeAgentSettings, bus_settings: BusSettings) -> None:
+    """The process: connect, run one agent (+ metrics endpoint) until SIGTERM/SIGINT or a fatal error."""
+    source = open_source(settings)
+    stop = asyncio.Event()
+    fatal: list[BaseException] = []
+
+    def on_fatal(error: BaseException) -> None:
+        fatal.append(error)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    bus = await Bus.connect(bus_settings, source=f"node-agent/{settings.node_name}")
+    kube = await kube_client(settings)
+    agent = NodeAgent(settings, source=source, bus=bus, kube=kube, on_fatal=on_fatal)
+    metrics = await metrics_server(settings, agent.metrics)
+    try:
+        await bus.ensure_schema()
+        await agent.start()
+        await stop.wait()
+    finally:
+        await agent.stop()
+        if metrics is not None:
+            await metrics.cleanup()
+        if kube is not None:
+            await kube.close()
+        await bus.close()
+    if fatal:
+        raise SystemExit(f"node-agent stopped: {fatal[0]!r}")

@@ -1,0 +1,52 @@
+"""Owned background tasks: every task is named, kept, and cancelled and awaited on close.
+
+A task that dies with an exception is logged loudly; a *root* task that dies also triggers
+the owner's ``on_fatal`` so the service stops instead of limping (style: structured concurrency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class TaskSet:
+    """Tasks owned by one component."""
+
+    def __init__(self, owner: str, on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        self._owner = owner
+        self._on_fatal = on_fatal
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, name: str, coro: Coroutine[Any, Any, Any], *, root: bool = False) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=f"{self._owner}:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._done(t, root))
+        return task
+
+    def _done(self, task: asyncio.Task[Any], root: bool) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            return
+        log.error("task %s died", task.get_name(), exc_info=error)
+        if root and self._on_fatal is not None:
+            self._on_fatal(error)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

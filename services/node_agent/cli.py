@@ -1,0 +1,87 @@
+"""``gpubus node-agent``: flags -> settings -> :func:`services.node_agent.app.run`.
+
+Only option parsing lives here; every flag maps to a :class:`NodeAgentSettings` field (env
+``GPUBUS_NODE_AGENT_<FIELD>``, file ``--config``) or to the bus settings (env ``GPUBUS_BUS_*``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+
+from shared.bus import BusSettings
+from shared.config import load_settings
+from shared.errors import BadInput, GpubusError
+from shared.logs import setup_logging
+
+BUS_ENV_PREFIX = "GPUBUS_BUS_"
+
+Opt = typer.Option
+
+
+def node_agent(
+    *,
+    node_name: Annotated[str | None, Opt(help="This node's name (env NODE_NAME).")] = None,
+    simulate: Annotated[
+        str | None, Opt(help="Simulated GPUs, e.g. 4xA100-80GB or 2x{name=Foo,mem=24576}.")
+    ] = None,
+    fail_on_init_error: Annotated[
+        bool | None, Opt("--fail-on-init-error/--no-fail-on-init-error", help="Exit when NVML is missing.")
+    ] = None,
+    device_split_count: Annotated[int | None, Opt(help="Replicas per GPU (default 10).")] = None,
+    device_memory_scaling: Annotated[float | None, Opt(help="Registered memory factor (default 1).")] = None,
+    device_core_scaling: Annotated[float | None, Opt(help="Registered cores factor (default 1).")] = None,
+    disable_core_limit: Annotated[bool | None, Opt("--disable-core-limit", help="No SM limiting.")] = None,
+    gpu_core_policy: Annotated[str | None, Opt(help="default, force or disable.")] = None,
+    resource_name: Annotated[str | None, Opt(help="Extended resource (default nvidia.com/gpu).")] = None,
+    hook_path: Annotated[str | None, Opt(help="Host dir with vgpu/libvgpu.so (default /usr/local).")] = None,
+    plugin_dir: Annotated[str | None, Opt(help="Kubelet device plugin directory.")] = None,
+    pod_resources_socket: Annotated[str | None, Opt(help="Kubelet pod resources socket ('' = off).")] = None,
+    node_config_file: Annotated[str | None, Opt(help="HAMi per-node config.json.")] = None,
+    filter_uuids: Annotated[str | None, Opt(help="Comma list of GPU UUIDs to hide.")] = None,
+    filter_indexes: Annotated[str | None, Opt(help="Comma list of GPU indexes to hide.")] = None,
+    heartbeat_s: Annotated[float | None, Opt(help="Inventory heartbeat, seconds.")] = None,
+    metrics_port: Annotated[int | None, Opt(help="Prometheus port (0 = off).")] = None,
+    kubeconfig: Annotated[str | None, Opt(help="Kubeconfig for the node register annotation.")] = None,
+    in_cluster: Annotated[bool | None, Opt("--in-cluster", help="Use the pod's service account.")] = None,
+    nats_url: Annotated[str | None, Opt(help="NATS URL(s) (env GPUBUS_BUS_URL).")] = None,
+    config: Annotated[str | None, Opt(help="YAML settings file.")] = None,
+    log_level: Annotated[str | None, Opt(help="debug, info, warning, error.")] = None,
+    log_json: Annotated[bool | None, Opt("--log-json", help="JSON log lines.")] = None,
+) -> None:
+    """Run the node-agent: GPU discovery, the kubelet device plugin and Allocate from bus decisions."""
+    cli: dict[str, Any] = {k: v for k, v in locals().items() if k not in ("config", "nats_url")}
+    from services.node_agent import settings as node_settings
+    from services.node_agent.app import run
+    from services.node_agent.errors import DiscoveryError
+
+    try:
+        settings = node_settings.load(cli, file=config)
+        bus = load_settings(
+            BusSettings,
+            cli={"url": nats_url, "name": f"node-agent-{settings.node_name}"},
+            env_prefix=BUS_ENV_PREFIX,
+        )
+    except BadInput as e:
+        raise typer.BadParameter(str(e)) from e
+    setup_logging(settings.log_level, settings.log_json)
+    try:
+        asyncio.run(run(settings, bus))
+    except DiscoveryError as e:
+        typer.echo(
+            f"node-agent: {e}. Install the NVIDIA driver, use --simulate, or --no-fail-on-init-error.",
+            err=True,
+        )
+        raise typer.Exit(1) from e
+    except BadInput as e:
+        typer.echo(f"node-agent: {e}", err=True)
+        raise typer.Exit(2) from e
+    except GpubusError as e:
+        typer.echo(f"node-agent: {e}", err=True)
+        raise typer.Exit(1) from e
+
+
+def register(app: typer.Typer) -> None:
+    app.command("node-agent")(node_agent)

@@ -1,0 +1,261 @@
+"""The Allocate handoff on the node: pending decisions in, kubelet answers and outcome events out.
+
+Owns the node's :class:`PendingTable`, the bounded wait for a decision that has not arrived yet,
+the host side effects of an answer (the per-container cache directory) and the
+``allocation.applied``/``allocation.failed`` events (emitted through the bus outbox, so a kubelet
+never waits on NATS). Finished pods go to ``on_done(allocation, completed)``: completed, or None when refused
+(the app releases leases and verifies completed ones).
+It knows neither gRPC nor the NATS client: the servicer and the app sit on either side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from services.node_agent.allocate import (
+    AllocateConfig,
+    ContainerResponse,
+    build_container_response,
+    cache_dir,
+    preferred_replicas,
+)
+from services.node_agent.errors import (
+    AllocateFailed,
+    AmbiguousDecision,
+    BadAllocateRequest,
+    DecisionMismatch,
+    NoDecision,
+)
+from services.node_agent.metrics import NodeAgentMetrics
+from services.node_agent.pending import Completed, PendingTable, Slot
+from services.node_agent.settings import NodeAgentSettings
+from shared.events import AllocationApplied, AllocationFailed, Event
+from shared.model import Allocation, DeviceUUID, PodUID
+
+log = logging.getLogger(__name__)
+
+#: Refusal -> ``outcome`` label of the allocations counter.
+_OUTCOMES: dict[type[Exception], str] = {
+    NoDecision: "no_decision",
+    AmbiguousDecision: "ambiguous",
+    DecisionMismatch: "mismatch",
+    AllocateFailed: "failed",
+    BadAllocateRequest: "bad_request",
+}
+
+
+def allocate_config(settings: NodeAgentSettings) -> AllocateConfig:
+    """Response inputs from settings plus what exists under the hook path (read once, at start)."""
+    return AllocateConfig(
+        hook_path=settings.hook_path,
+        memory_scaling=settings.device_memory_scaling,
+        disable_core_limit=settings.disable_core_limit,
+        core_policy=settings.gpu_core_policy,
+        lib_cuda_log_level=settings.lib_cuda_log_level,
+        license_present=(Path(settings.hook_path) / "vgpu" / "license").exists(),
+    )
+
+
+class Handoff:
+    """Matches kubelet calls to decided pods and answers them from the local cache."""
+
+    def __init__(
+        self,
+        *,
+        settings: NodeAgentSettings,
+        uuid_of: Mapping[str, DeviceUUID],
+        emit: Callable[[Event], None],
+        metrics: NodeAgentMetrics,
+        on_done: Callable[[Allocation, Completed | None], None],
+    ) -> None:
+        self._node = settings.node_name
+        self._wait_s = settings.allocate_wait_s
+        self._config = allocate_config(settings)
+        self._uuid_of = uuid_of
+        self._emit = emit
+        self._metrics = metrics
+        self._on_done = on_done
+        self.table = PendingTable(settings.node_name)
+        self.waiting = 0
+        """Kubelet calls currently waiting for a decision to arrive."""
+        self._changed = asyncio.Event()
+
+    # -- decisions (from the bus) ----------------------------------------------------------
+    def decided(self, allocation: Allocation) -> None:
+        if self.table.add(allocation):
+            self._prepare_cache_dirs(allocation)
+            log.info(
+                "pending decision for pod %s/%s (%s)",
+                allocation.namespace,
+                allocation.name,
+                allocation.pod_uid,
+            )
+            self._wake()
+
+    def released(self, pod_uid: PodUID) -> None:
+        if self.table.release(pod_uid) is not None:
+            log.info("decision for pod %s released", pod_uid)
+            self._wake()
+
+    def rebuild(self, allocations: Iterable[Allocation]) -> int:
+        added = [a for a in allocations if self.table.add(a)]
+        for allocation in added:
+            self._prepare_cache_dirs(allocation)
+        self._wake()
+        return len(added)
+
+    def _prepare_cache_dirs(self, allocation: Allocation) -> None:
+        """Create the containers' cache directories now, off the Allocate path (it re-checks)."""
+        for name, devices in zip(allocation.containers, allocation.devices, strict=False):
+            if not devices:
+                continue
+            try:
+                self._make_cache_dir(cache_dir(self._config.hook_path, allocation.pod_uid, name))
+            except (AllocateFailed, BadAllocateRequest) as e:
+                log.warning("pod %s/%s: %s (Allocate retries)", allocation.namespace, allocation.name, e)
+
+    def reconcile(self, assigned: Mapping[tuple[str, str], Mapping[str, tuple[str, ...]]]) -> None:
+        """Containers the kubelet already holds devices for are no longer pending (agent restarted)."""
+        for allocation in self.table.pods():
+            containers = assigned.get((allocation.namespace, allocation.name), {})
+            done = [name for name, ids in containers.items() if ids]
+            completed = self.table.mark_containers(allocation.pod_uid, done)
+            if completed is not None:
+                self._on_done(allocation, completed)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._metrics.pending.set(len(self.table))
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- kubelet calls ---------------------------------------------------------------------
+    async def preferred(
+        self, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> tuple[str, ...]:
+        """Replicas of the decided GPUs for the next container of ``size``; () lets the kubelet choose."""
+        try:
+            slot = await self._wait_for_slot(size)
+        except (NoDecision, DecisionMismatch) as e:
+            self._metrics.preferred.labels(outcome="no_match").inc()
+            log.info("GetPreferredAllocation(%d): %s; leaving the choice to the kubelet", size, e)
+            return ()
+        self._metrics.preferred.labels(outcome="decided").inc()
+        decided = [d.uuid for d in slot.devices]
+        return preferred_replicas(decided, available, must_include, size, self._uuid_of)
+
+    def physical(self, device_ids: Sequence[str]) -> list[DeviceUUID]:
+        """Validate the kubelet's replica IDs; :class:`BadAllocateRequest` names the first bad one."""
+        if not device_ids:
+            raise BadAllocateRequest("container request without device ids")
+        if len(set(device_ids)) != len(device_ids):
+            raise BadAllocateRequest(f"duplicate device ids in {list(device_ids)}")
+        unknown = [i for i in device_ids if i not in self._uuid_of]
+        if unknown:
+            raise BadAllocateRequest(f"unknown device id {unknown[0]!r}: not advertised by node {self._node}")
+        return [self._uuid_of[i] for i in device_ids]
+
+    async def allocate(self, device_ids: Sequence[str]) -> ContainerResponse:
+        """Answer one container request, or raise a node-agent error (already counted and emitted)."""
+        slot: Slot | None = None
+        try:
+            physical = self.physical(device_ids)
+            slot = await self._wait_for_slot(len(device_ids))
+            response = self._answer(slot, physical)
+        except (NoDecision, DecisionMismatch, AllocateFailed, BadAllocateRequest) as e:
+            self._failed(e, slot, device_ids)
+            raise
+        completed = self.table.mark(slot, device_ids)
+        self._metrics.allocations.labels(outcome="applied").inc()
+        self._emit(
+            AllocationApplied(
+                node=self._node,
+                pod_uid=slot.allocation.pod_uid,
+                namespace=slot.allocation.namespace,
+                name=slot.allocation.name,
+                container=slot.container,
+                device_ids=tuple(device_ids),
+                complete=completed is not None,
+            )
+        )
+        if completed is not None:
+            self._wake()
+            self._on_done(slot.allocation, completed)
+        return response
+
+    async def _wait_for_slot(self, size: int) -> Slot:
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            changed = self._changed
+            try:
+                return self.table.choose(size)
+            except AmbiguousDecision:
+                raise
+            except (NoDecision, DecisionMismatch):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+            self.waiting += 1
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                continue  # one last choose() raises the precise reason
+            finally:
+                self.waiting -= 1
+
+    def _answer(self, slot: Slot, physical: Sequence[DeviceUUID]) -> ContainerResponse:
+        decided = sorted(d.uuid for d in slot.devices)
+        if sorted(physical) != decided:
+            # The kubelet ignored our preference; the decided GPUs win (their limits were accounted).
+            self._metrics.mismatches.labels(where="allocate").inc()
+            log.warning(
+                "pod %s container %s: kubelet passed GPUs %s but %s were decided; using the decision",
+                slot.pod,
+                slot.container,
+                sorted(physical),
+                decided,
+            )
+        response = build_container_response(
+            slot.devices,
+            self._config,
+            pod_uid=slot.allocation.pod_uid,
+            container=slot.container,
+            cache_id=str(uuid.uuid4()),
+        )
+        path = cache_dir(self._config.hook_path, slot.allocation.pod_uid, slot.container)
+        if not os.path.isdir(path):
+            self._make_cache_dir(path)
+        return response
+
+    @staticmethod
+    def _make_cache_dir(path: str) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, 0o777)  # HAMi-core in containers of any uid writes here
+        except OSError as e:
+            raise AllocateFailed(f"cannot create the HAMi-core cache directory {path}: {e.strerror}") from e
+
+    def _failed(self, error: Exception, slot: Slot | None, device_ids: Sequence[str]) -> None:
+        outcome = _OUTCOMES.get(type(error), "failed")
+        self._metrics.allocations.labels(outcome=outcome).inc()
+        log.warning("Allocate %s refused: %s", list(device_ids), error)
+        pod = slot.allocation if slot is not None else None
+        self._emit(
+            AllocationFailed(
+                node=self._node,
+                reason=str(error),
+                pod_uid=pod.pod_uid if pod else "",
+                namespace=pod.namespace if pod else "",
+                name=pod.name if pod else "",
+            )
+        )
+        if pod is not None:
+            self.table.release(pod.pod_uid)
+            self._wake()
+            self._on_done(pod, None)

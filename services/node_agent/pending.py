@@ -1,0 +1,165 @@
+"""Pending decisions of one node and the rule that matches a kubelet call to exactly one of them.
+
+The kubelet's Allocate never names its pod; only the device count per container is known. A
+call of size ``n`` matches the pending pod whose next unallocated GPU container (slot order:
+init containers first) has ``n`` devices. The scheduler's ambiguity lease guarantees at most one
+such pod; if the lease was broken anyway, the call is refused rather than guessed.
+Pure state, no I/O, no clocks.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision
+from shared.model import Allocation, AllocationState, ContainerDevice, PodUID
+
+NO_DECISION = "no allocation decided for this node"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Slot:
+    """The next GPU container of a pending pod."""
+
+    allocation: Allocation
+    index: int
+    """Position in ``allocation.devices`` / ``allocation.containers``."""
+
+    @property
+    def devices(self) -> tuple[ContainerDevice, ...]:
+        return self.allocation.devices[self.index]
+
+    @property
+    def container(self) -> str:
+        return self.allocation.containers[self.index]
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def pod(self) -> str:
+        return f"{self.allocation.namespace}/{self.allocation.name}"
+
+
+@dataclass(slots=True)
+class _Pending:
+    allocation: Allocation
+    answered: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Slot -> replica IDs the kubelet passed for it."""
+
+    def next_index(self) -> int | None:
+        for i, devices in enumerate(self.allocation.devices):
+            if devices and i not in self.answered:
+                return i
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed:
+    """A pod whose GPU containers were all allocated: what the kubelet passed per container."""
+
+    allocation: Allocation
+    answered: dict[int, tuple[str, ...]]
+
+
+class PendingTable:
+    """Decisions for one node that still wait for (some of) their Allocate calls."""
+
+    def __init__(self, node: str, memory: int = 4096) -> None:
+        self._node = node
+        self._pods: dict[PodUID, _Pending] = {}
+        self._finished: OrderedDict[PodUID, None] = OrderedDict()
+        self._memory = memory
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def __contains__(self, pod_uid: object) -> bool:
+        return pod_uid in self._pods
+
+    def add(self, allocation: Allocation) -> bool:
+        """Keep a decided allocation for this node; a re-delivered identical one keeps its progress."""
+        if allocation.node != self._node or allocation.state != AllocationState.DECIDED:
+            return False
+        if allocation.pod_uid in self._finished or not any(allocation.devices):
+            return False
+        current = self._pods.get(allocation.pod_uid)
+        if current is not None and current.allocation.devices == allocation.devices:
+            current.allocation = allocation
+            return False
+        self._pods[allocation.pod_uid] = _Pending(allocation)
+        return True
+
+    def release(self, pod_uid: PodUID) -> Allocation | None:
+        """Forget a pod for good (released, deleted, failed); later copies of its decision are ignored."""
+        self._remember(pod_uid)
+        pending = self._pods.pop(pod_uid, None)
+        return pending.allocation if pending else None
+
+    def _remember(self, pod_uid: PodUID) -> None:
+        self._finished[pod_uid] = None
+        self._finished.move_to_end(pod_uid)
+        while len(self._finished) > self._memory:
+            self._finished.popitem(last=False)
+
+    def next_slots(self) -> list[Slot]:
+        slots = []
+        for pending in self._pods.values():
+            index = pending.next_index()
+            if index is not None:
+                slots.append(Slot(allocation=pending.allocation, index=index))
+        return slots
+
+    def choose(self, size: int) -> Slot:
+        """The one slot a call of ``size`` devices is for; :class:`NoDecision`/:class:`DecisionMismatch`.
+
+        Two candidates are refused, never told apart by the devices the kubelet passed: the kubelet
+        may have picked those without our preference, so they say nothing about the pod.
+        """
+        slots = self.next_slots()
+        candidates = [s for s in slots if s.size == size]
+        if len(candidates) == 1:
+            return candidates[0]
+        if candidates:
+            pods = ", ".join(sorted(s.pod for s in candidates))
+            raise AmbiguousDecision(
+                f"ambiguous Allocate of {size} devices: pods {pods} all wait for it; not guessing"
+            )
+        if not slots:
+            raise NoDecision(NO_DECISION)
+        if len(slots) == 1:
+            raise DecisionMismatch(
+                f"device count {size} does not match the decision {slots[0].size} for pod {slots[0].pod}"
+            )
+        wants = ", ".join(sorted(f"{s.pod} wants {s.size}" for s in slots))
+        raise DecisionMismatch(f"device count {size} matches no decision pending on this node ({wants})")
+
+    def mark(self, slot: Slot, device_ids: Sequence[str]) -> Completed | None:
+        """Record that ``slot`` was answered; returns the pod when it was its last GPU container."""
+        pending = self._pods.get(slot.allocation.pod_uid)
+        if pending is None:
+            return None
+        pending.answered[slot.index] = tuple(device_ids)
+        if pending.next_index() is not None:
+            return None
+        del self._pods[slot.allocation.pod_uid]
+        self._remember(slot.allocation.pod_uid)
+        return Completed(allocation=pending.allocation, answered=dict(pending.answered))
+
+    def mark_containers(self, pod_uid: PodUID, containers: Iterable[str]) -> Completed | None:
+        """Reconcile with the kubelet: these containers already hold devices (e.g. after our restart)."""
+        pending = self._pods.get(pod_uid)
+        if pending is None:
+            return None
+        names = set(containers)
+        completed = None
+        for index, name in enumerate(pending.allocation.containers):
+            if name in names and pending.allocation.devices[index] and index not in pending.answered:
+                completed = self.mark(Slot(allocation=pending.allocation, index=index), ())
+        return completed
+
+    def pods(self) -> list[Allocation]:
+        return [p.allocation for p in self._pods.values()]

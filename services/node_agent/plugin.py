@@ -1,0 +1,141 @@
+"""The kubelet device plugin servicer (v1beta1): decode, call the handoff, encode, map errors.
+
+Every method is a screenful at most. Errors become ``grpc.StatusCode`` in one table
+(:data:`STATUS`); messages are the operator-readable ones the handoff raised. It owns the
+protobuf encoding of ListAndWatch and Allocate answers and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+
+from proto.deviceplugin.v1beta1 import api_pb2 as pb
+from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from services.node_agent.advertised import Advertised, Snapshot
+from services.node_agent.allocate import ContainerResponse
+from services.node_agent.errors import (
+    AllocateFailed,
+    AmbiguousDecision,
+    BadAllocateRequest,
+    DecisionMismatch,
+    NoDecision,
+)
+from services.node_agent.handoff import Handoff
+from services.node_agent.metrics import NodeAgentMetrics
+from shared.errors import GpubusError
+
+log = logging.getLogger(__name__)
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+
+#: Node-agent error -> gRPC status (most specific first).
+STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+    (BadAllocateRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (AmbiguousDecision, grpc.StatusCode.ABORTED),
+    (DecisionMismatch, grpc.StatusCode.FAILED_PRECONDITION),
+    (NoDecision, grpc.StatusCode.FAILED_PRECONDITION),
+    (AllocateFailed, grpc.StatusCode.INTERNAL),
+)
+
+
+def status_for(error: Exception) -> grpc.StatusCode:
+    return next((code for cls, code in STATUS if isinstance(error, cls)), grpc.StatusCode.INTERNAL)
+
+
+def options(preferred: bool) -> pb.DevicePluginOptions:
+    return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=preferred)
+
+
+def list_response(snapshot: Snapshot) -> pb.ListAndWatchResponse:
+    devices = []
+    for r in snapshot.replicas:
+        device = pb.Device(ID=r.id, health=HEALTHY if r.healthy else UNHEALTHY)
+        if r.numa is not None:
+            device.topology.nodes.add(ID=r.numa)
+        devices.append(device)
+    return pb.ListAndWatchResponse(devices=devices)
+
+
+def container_response(response: ContainerResponse) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=dict(response.envs),
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in response.mounts
+        ],
+    )
+
+
+class DevicePluginServicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
+    """One node's device plugin; several servers (after kubelet restarts) may share it."""
+
+    def __init__(
+        self, advertised: Advertised, handoff: Handoff, metrics: NodeAgentMetrics, *, preferred: bool
+    ) -> None:
+        self._advertised = advertised
+        self._handoff = handoff
+        self._metrics = metrics
+        self._options = options(preferred)
+
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext
+    ) -> pb.DevicePluginOptions:
+        return self._options
+
+    async def ListAndWatch(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+        generation = -1
+        while True:
+            snapshot = await self._advertised.changed(generation)
+            generation = snapshot.generation
+            yield list_response(snapshot)
+
+    async def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PreferredAllocationResponse:
+        answers = []
+        for req in request.container_requests:
+            if req.allocation_size <= 0 or req.allocation_size > len(req.available_deviceIDs) + len(
+                req.must_include_deviceIDs
+            ):
+                self._metrics.bad_requests.labels(method="GetPreferredAllocation").inc()
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"allocation size {req.allocation_size} with "
+                    f"{len(req.available_deviceIDs)} available devices",
+                )
+            ids = await self._handoff.preferred(
+                list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+            )
+            answers.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return pb.PreferredAllocationResponse(container_responses=answers)
+
+    async def Allocate(
+        self, request: pb.AllocateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AllocateResponse:
+        started = time.perf_counter()
+        try:
+            if not request.container_requests:
+                raise BadAllocateRequest("Allocate without container requests")
+            answers = [
+                container_response(await self._handoff.allocate(list(c.devices_ids)))
+                for c in request.container_requests
+            ]
+        except GpubusError as e:
+            if isinstance(e, BadAllocateRequest):
+                self._metrics.bad_requests.labels(method="Allocate").inc()
+            await context.abort(status_for(e), str(e))
+        finally:
+            self._metrics.allocate_seconds.observe(time.perf_counter() - started)
+        return pb.AllocateResponse(container_responses=answers)
+
+    async def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()

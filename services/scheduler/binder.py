@@ -1,0 +1,293 @@
+"""Bind: turn kube-scheduler's choice of node into a decided, leased, ledgered and bound pod.
+
+The order is the agreed Allocate handoff (docs/HELPERS.md): Fit against the current ledger under a
+per-node lock and reserve the result in process; take the pod's ambiguity leases; write the DECIDED
+ledger entry and publish ``allocation.decided``; POST the Binding carrying the HAMi annotations in
+its own metadata (one atomic write). Any failure undoes what was done (reservation, entry + a
+released event, leases) and raises :class:`BindError` with a message for the pod's events.
+
+This is orchestration; each step is a call into ``placement``, ``state``, ``leases`` or the
+Kubernetes port. Must not know HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.scheduler.errors import BindError
+from services.scheduler.fit import NodeFit
+from services.scheduler.leases import AllocLeases, LeaseTimeout, device_counts
+from services.scheduler.placement import Placement
+from services.scheduler.state import State
+from services.scheduler.wire import BindingArgs
+from shared import annotations as ann
+from shared.errors import BusUnavailable, RequestError
+from shared.kube import KubeApi, KubeError
+from shared.model import Allocation, AllocationState, NodeName, PodRequest, PodUID
+from shared.requests import DEFAULT_NAMES, ResourceNames, pod_request
+
+log = logging.getLogger(__name__)
+
+#: Pods remembered from /filter so /bind needs no API read (bounded, oldest dropped first).
+POD_CACHE_SIZE = 4096
+_LABEL_VALUE_MAX = 63
+
+
+class PodCache:
+    """The last pods seen by filter, by UID: bind reads the spec from here before asking the API."""
+
+    def __init__(self, size: int = POD_CACHE_SIZE) -> None:
+        self._pods: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
+        self._size = size
+
+    def put(self, uid: str, pod: Mapping[str, Any]) -> None:
+        if not uid:
+            return
+        self._pods[uid] = pod
+        self._pods.move_to_end(uid)
+        while len(self._pods) > self._size:
+            self._pods.popitem(last=False)
+
+    def pop(self, uid: str) -> Mapping[str, Any] | None:
+        return self._pods.pop(uid, None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BindOptions:
+    bind_timeout_s: float = 25.0
+    reservation_ttl_s: float = 60.0
+    label_pods: bool = True
+    names: ResourceNames = DEFAULT_NAMES
+
+
+def hami_annotations(allocation: Allocation, now: float) -> dict[str, str]:
+    """The annotations HAMi's scheduler writes, carried by the Binding itself."""
+    encoded = ann.encode_pod_devices(allocation.devices)
+    stamp = str(int(now))
+    return {
+        ann.ASSIGNED_NODE: allocation.node,
+        ann.ASSIGNED_TIME: stamp,
+        ann.DEVICES_TO_ALLOCATE: encoded,
+        ann.DEVICES_ALLOCATED: encoded,
+        ann.BIND_PHASE: ann.BindPhase.ALLOCATING.value,
+        ann.BIND_TIME: stamp,
+    }
+
+
+class Binder:
+    """Binds pods for the leader replica; ``is_leader`` is asked on every call."""
+
+    def __init__(
+        self,
+        *,
+        state: State,
+        placement: Placement,
+        leases: AllocLeases,
+        kube: KubeApi | None,
+        pods: PodCache,
+        is_leader: Callable[[], bool],
+        leader_name: Callable[[], str | None],
+        options: BindOptions,
+        clock: Callable[[], float] = time.time,
+        on_lease_wait: Callable[[float], None] | None = None,
+    ) -> None:
+        self._state = state
+        self._placement = placement
+        self._leases = leases
+        self._kube = kube
+        self._pods = pods
+        self._is_leader = is_leader
+        self._leader_name = leader_name
+        self._opt = options
+        self._clock = clock
+        self._on_lease_wait = on_lease_wait
+        self._node_locks: dict[NodeName, asyncio.Lock] = {}
+        self._in_flight: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+
+    def binding(self, uid: str) -> bool:
+        """True while a bind for this pod is running here."""
+        return uid in self._in_flight
+
+    def owner_alive(self, uid: str) -> bool:
+        """A lease owner is alive while its bind runs or its entry waits for Allocate."""
+        if uid in self._in_flight:
+            return True
+        entry = self._state.ledger.entry(PodUID(uid))
+        return entry is not None and entry.state in (AllocationState.RESERVED, AllocationState.DECIDED)
+
+    async def bind(self, args: BindingArgs) -> str:
+        """Bind the pod; returns the outcome label. Raises BindError (nothing left held)."""
+        if not self._is_leader():
+            raise BindError(
+                "not_leader",
+                f"this scheduler replica is a standby; the leader ({self._leader_name() or 'unknown'}) binds",
+            )
+        if self._kube is None:
+            raise BindError("no_kube", "no Kubernetes API configured (--kubeconfig or --in-cluster)")
+        pod = await self._pod(args)
+        request = self._request(pod, args)
+        node = NodeName(args.node)
+        if not request.wants_gpu:
+            await self._post_binding(args, node, {})
+            return "passthrough"
+        if await self._already_bound(args, pod, node):
+            return "already_bound"
+        return await self._bind_gpu_pod(args, request, node)
+
+    async def _bind_gpu_pod(self, args: BindingArgs, request: PodRequest, node: NodeName) -> str:
+        uid = request.uid
+        self._in_flight.add(uid)
+        decided = False
+        leases = []
+        try:
+            allocation = await self._reserve(request, node)
+            started = time.monotonic()
+            try:
+                leases = await self._leases.acquire(
+                    node, device_counts(allocation.devices), uid, started + self._opt.bind_timeout_s
+                )
+            except LeaseTimeout as e:
+                raise BindError(
+                    "lease_timeout",
+                    f"{e}; gave up after {self._opt.bind_timeout_s:.0f}s "
+                    f"(the node-agent has not run Allocate for it yet)",
+                ) from None
+            if self._on_lease_wait is not None:
+                self._on_lease_wait(time.monotonic() - started)
+            await self._state.decide(allocation)
+            decided = True
+            await self._post_binding(args, node, hami_annotations(allocation, allocation.decided_at))
+        except BaseException as e:
+            await self._undo(uid, node, decided, leases, e)
+            raise
+        finally:
+            self._in_flight.discard(uid)
+        self._label(args, node)
+        return "bound"
+
+    async def _reserve(self, request: PodRequest, node: NodeName) -> Allocation:
+        async with self._node_locks.setdefault(node, asyncio.Lock()):
+            now = self._clock()
+            fit: NodeFit = self._placement.decide(request, node, now)
+            if not fit.fit:
+                raise BindError(
+                    "no_fit", f"pod {request.namespace}/{request.name} does not fit node {node}: {fit.reason}"
+                )
+            allocation = Allocation(
+                pod_uid=request.uid,
+                namespace=request.namespace,
+                name=request.name,
+                node=node,
+                devices=fit.devices,
+                containers=tuple(c.name for c in request.containers),
+                init_count=sum(1 for c in request.containers if c.init),
+                state=AllocationState.RESERVED,
+                decided_at=now,
+            )
+            self._state.ledger.reserve(allocation, now + self._opt.reservation_ttl_s)
+            return allocation
+
+    async def _undo(
+        self, uid: PodUID, node: NodeName, decided: bool, leases: list[Any], error: BaseException
+    ) -> None:
+        why = f"bind failed: {error}"
+        try:
+            if decided:
+                await self._state.release(uid, why)
+            else:
+                self._state.ledger.delete(uid)
+            await self._leases.release(leases)
+        except BusUnavailable as e:
+            log.error("pod %s: could not undo a failed bind (%s); reconcile will release it", uid, e)
+        self._leases.wake(node)
+
+    async def _pod(self, args: BindingArgs) -> Mapping[str, Any]:
+        pod = self._pods.pop(args.pod_uid)
+        if pod is None:
+            assert self._kube is not None
+            try:
+                pod = await self._kube.get_pod(args.pod_namespace, args.pod_name)
+            except KubeError as e:
+                raise BindError(
+                    "kube_unavailable", f"cannot read pod {args.pod_namespace}/{args.pod_name}: {e}"
+                ) from None
+        if pod is None:
+            raise BindError("pod_not_found", f"pod {args.pod_namespace}/{args.pod_name} does not exist")
+        uid = (pod.get("metadata") or {}).get("uid")
+        if args.pod_uid and uid and uid != args.pod_uid:
+            raise BindError(
+                "pod_not_found",
+                f"pod {args.pod_namespace}/{args.pod_name} has UID {uid}, "
+                f"not {args.pod_uid} (it was re-created)",
+            )
+        return pod
+
+    def _request(self, pod: Mapping[str, Any], args: BindingArgs) -> PodRequest:
+        try:
+            request = pod_request(pod, self._opt.names)
+        except RequestError as e:
+            raise BindError("bad_pod", f"pod {args.pod_namespace}/{args.pod_name}: {e}") from None
+        if not request.uid:
+            request = PodRequest(
+                namespace=request.namespace,
+                name=request.name,
+                uid=PodUID(args.pod_uid),
+                containers=request.containers,
+                annotations=request.annotations,
+            )
+        return request
+
+    async def _already_bound(self, args: BindingArgs, pod: Mapping[str, Any], node: NodeName) -> bool:
+        """A retried bind: done if the pod is bound to this node with its entry; else drop the old entry."""
+        entry = self._state.ledger.entry(PodUID(args.pod_uid))
+        if entry is None or entry.state is AllocationState.RESERVED:
+            return False
+        if (pod.get("spec") or {}).get("nodeName") == node and entry.node == node:
+            return True
+        await self._state.release(entry.pod_uid, "re-bound by kube-scheduler")
+        return False
+
+    async def _post_binding(self, args: BindingArgs, node: NodeName, annotations: dict[str, str]) -> None:
+        assert self._kube is not None
+        try:
+            await self._kube.bind_pod(args.pod_namespace, args.pod_name, args.pod_uid, node, annotations)
+        except KubeError as e:
+            raise BindError(
+                "bind_failed", f"binding {args.pod_namespace}/{args.pod_name} to {node} failed: {e}"
+            ) from None
+
+    def _label(self, args: BindingArgs, node: NodeName) -> None:
+        """HAMi also labels the pod with its node; a second write, so it is best effort."""
+        if not self._opt.label_pods or len(node) > _LABEL_VALUE_MAX or self._kube is None:
+            return
+        kube = self._kube
+
+        async def patch() -> None:
+            try:
+                await kube.patch_pod(
+                    args.pod_namespace, args.pod_name, {"metadata": {"labels": {ann.ASSIGNED_NODE: node}}}
+                )
+            except KubeError as e:
+                log.warning(
+                    "pod %s/%s: could not set label %s: %s",
+                    args.pod_namespace,
+                    args.pod_name,
+                    ann.ASSIGNED_NODE,
+                    e,
+                )
+
+        task = asyncio.create_task(patch(), name=f"label-{args.pod_uid}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def close(self) -> None:
+        """Wait for the best-effort label writes still running."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

@@ -1,0 +1,229 @@
+"""The scheduler's in-memory picture of the cluster: node inventories and the allocation ledger.
+
+Owns, per node, the device inventory (from ``inventory`` events/KV) and, per device, the usage
+derived from ledger entries (KV ``allocations``) plus in-process reservations (decisions made
+at bind but not yet written). Every change is O(devices of one pod): an entry's contribution
+is remembered so that releasing it subtracts exactly what applying it added; nothing is
+rebuilt per filter call. Each node carries a ``version`` that changes whenever its inventory
+or usage does, so callers may cache per-node results.
+
+Revisions make replays harmless: a KV watch may deliver an entry the leader already applied
+locally, or an older revision after a newer one; an entry or tombstone older than what is
+held is ignored.
+
+Pure: no I/O, no clock reads (``now`` is passed in), no asyncio. Must not know NATS, HTTP,
+Kubernetes or the Fit engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from shared.annotations import collapse_usage
+from shared.model import (
+    Allocation,
+    AllocationState,
+    DeviceInfo,
+    DeviceUsage,
+    DeviceUUID,
+    NodeName,
+    PodUID,
+)
+
+#: A node is stale when its inventory has not been refreshed for this many heartbeat intervals.
+STALE_HEARTBEATS = 3.0
+#: Entries in these states hold no device usage.
+_FREE_STATES = frozenset({AllocationState.FAILED})
+_ZERO = DeviceUsage()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInventory:
+    """The devices a node registered and when we last heard from it."""
+
+    devices: tuple[DeviceInfo, ...]
+    seen_at: float
+    heartbeat_s: float = 30.0
+    generation: int = 0
+
+    def stale(self, now: float) -> bool:
+        return self.heartbeat_s > 0 and now - self.seen_at > STALE_HEARTBEATS * self.heartbeat_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSnapshot:
+    """One node as Fit sees it: devices and their usage in inventory order, plus its version."""
+
+    name: NodeName
+    devices: tuple[DeviceInfo, ...]
+    usage: tuple[DeviceUsage, ...]
+    annotations: dict[str, str]
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    allocation: Allocation
+    revision: int
+    """KV revision of the entry; 0 for an in-process reservation."""
+
+
+class Ledger:
+    """Inventory + allocation ledger + reservations, with incrementally maintained usage."""
+
+    def __init__(self) -> None:
+        self._inventory: dict[NodeName, NodeInventory] = {}
+        self._usage: dict[NodeName, dict[DeviceUUID, list[int]]] = {}
+        self._held: dict[PodUID, _Held] = {}
+        self._by_node: dict[NodeName, set[PodUID]] = {}
+        self._versions: dict[NodeName, int] = {}
+        self._annotations: dict[NodeName, dict[str, str]] = {}
+
+    # --- inventory -------------------------------------------------------------------------
+
+    def set_inventory(self, node: NodeName, inventory: NodeInventory) -> None:
+        """Replace a node's inventory; a heartbeat with unchanged devices only refreshes ``seen_at``."""
+        old = self._inventory.get(node)
+        self._inventory[node] = inventory
+        if old is None or old.devices != inventory.devices:
+            self._touch(node)
+
+    def remove_node(self, node: NodeName) -> bool:
+        """Forget a node's inventory and annotations (its ledger entries stay until their pods go)."""
+        self._annotations.pop(node, None)
+        if self._inventory.pop(node, None) is None:
+            return False
+        self._touch(node)
+        return True
+
+    def set_annotations(self, node: NodeName, annotations: dict[str, str]) -> None:
+        """The node's Kubernetes annotations that Fit reads (device cordon, topology scores)."""
+        if self._annotations.get(node, {}) != annotations:
+            self._annotations[node] = annotations
+            self._touch(node)
+
+    def inventory(self, node: NodeName) -> NodeInventory | None:
+        return self._inventory.get(node)
+
+    def nodes(self) -> list[NodeName]:
+        return list(self._inventory)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._inventory
+
+    # --- ledger entries --------------------------------------------------------------------
+
+    def apply(self, allocation: Allocation, revision: int) -> bool:
+        """Upsert the ledger entry at KV ``revision``; False (and no change) if it is older than held."""
+        held = self._held.get(allocation.pod_uid)
+        if held is not None and (held.revision > revision or (revision and held.revision == revision)):
+            return False
+        self._put(allocation, revision)
+        return True
+
+    def delete(self, uid: PodUID, revision: int | None = None) -> Allocation | None:
+        """Drop an entry (a tombstone at ``revision``, or a local release when None); returns it."""
+        held = self._held.get(uid)
+        if held is None or (revision is not None and held.revision > revision):
+            return None
+        self._drop(uid)
+        return held.allocation
+
+    def reserve(self, allocation: Allocation, expires_at: float) -> None:
+        """Hold a decision in process until its ledger entry is written (or ``expires_at`` passes)."""
+        self._put(replace(allocation, state=AllocationState.RESERVED, expires_at=expires_at), 0)
+
+    def expire(self, now: float) -> list[Allocation]:
+        """Drop reservations whose time has passed; returns them."""
+        lapsed = [
+            h.allocation
+            for h in self._held.values()
+            if h.revision == 0
+            and h.allocation.state is AllocationState.RESERVED
+            and h.allocation.expires_at <= now
+        ]
+        for a in lapsed:
+            self._drop(a.pod_uid)
+        return lapsed
+
+    def entry(self, uid: PodUID) -> Allocation | None:
+        held = self._held.get(uid)
+        return None if held is None else held.allocation
+
+    def revision(self, uid: PodUID) -> int | None:
+        held = self._held.get(uid)
+        return None if held is None else held.revision
+
+    def entries(self) -> Iterator[Allocation]:
+        return (h.allocation for h in self._held.values())
+
+    def entries_on(self, node: NodeName) -> list[Allocation]:
+        return [self._held[uid].allocation for uid in self._by_node.get(node, ())]
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    # --- views -----------------------------------------------------------------------------
+
+    def version(self, node: NodeName) -> int:
+        return self._versions.get(node, 0)
+
+    def usage(self, node: NodeName, uuid: DeviceUUID) -> DeviceUsage:
+        cur = self._usage.get(node, {}).get(uuid)
+        return _ZERO if cur is None else DeviceUsage(used=cur[0], usedmem=cur[1], usedcores=cur[2])
+
+    def snapshot(self, node: NodeName) -> NodeSnapshot | None:
+        """The node's devices with their usage (callers cache it by ``version``); None if unregistered."""
+        inv = self._inventory.get(node)
+        if inv is None:
+            return None
+        usage = tuple(self.usage(node, d.id) for d in inv.devices)
+        return NodeSnapshot(
+            name=node,
+            devices=inv.devices,
+            usage=usage,
+            annotations=self._annotations.get(node, {}),
+            version=self._versions.get(node, 0),
+        )
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _put(self, allocation: Allocation, revision: int) -> None:
+        uid = allocation.pod_uid
+        if uid in self._held:
+            self._drop(uid)
+        self._held[uid] = _Held(allocation, revision)
+        self._by_node.setdefault(allocation.node, set()).add(uid)
+        self._add(allocation, 1)
+
+    def _drop(self, uid: PodUID) -> None:
+        held = self._held.pop(uid)
+        on_node = self._by_node.get(held.allocation.node)
+        if on_node is not None:
+            on_node.discard(uid)
+            if not on_node:
+                del self._by_node[held.allocation.node]
+        self._add(held.allocation, -1)
+
+    def _add(self, allocation: Allocation, sign: int) -> None:
+        """Add (or with ``sign`` -1 subtract) an entry's collapsed usage; deterministic, so the
+        subtraction undoes the addition exactly without storing it (memory at 100k entries)."""
+        node = allocation.node
+        if allocation.state not in _FREE_STATES:
+            devices = self._usage.setdefault(node, {})
+            for uuid, u in collapse_usage(allocation.devices, allocation.init_count).items():
+                cur = devices.get(uuid)
+                if cur is None:
+                    cur = devices[uuid] = [0, 0, 0]
+                cur[0] += sign * u.used
+                cur[1] += sign * u.usedmem
+                cur[2] += sign * u.usedcores
+                if cur == [0, 0, 0]:
+                    del devices[uuid]
+            if not devices:
+                del self._usage[node]
+        self._touch(node)
+
+    def _touch(self, node: NodeName) -> None:
+        self._versions[node] = self._versions.get(node, 0) + 1

@@ -1,0 +1,129 @@
+"""Placement: the extender's three questions answered from the ledger with the Fit engine.
+
+``filter`` (which of these nodes can take the pod, and why not the others), ``scores`` (0-10 per
+node by node policy) and ``decide`` (the devices on the node kube-scheduler picked). Nodes without
+inventory or with a stale heartbeat are refused with a clear reason before Fit runs. Fit's
+immutable ``NodeState`` is cached per node and rebuilt only when the ledger's node version
+changes, so a filter call costs one dict lookup per node that did not change.
+
+Pure: no I/O, no clock reads (``now`` is passed in). Must not know HTTP, NATS or Kubernetes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from services.scheduler.fit import NodeFit, NodeState, Policies, filter_nodes, fit_pod
+from services.scheduler.ledger import STALE_HEARTBEATS, Ledger
+from services.scheduler.reasons import NODE_UNREGISTERED
+from services.scheduler.score import NodePolicy, best_node
+from shared import annotations as ann
+from shared.model import NodeName, PodRequest
+
+#: Reason reported for a node whose inventory heartbeat stopped.
+STALE_PREFIX = "node inventory stale"
+#: Extender scores run 0..10 (``MaxExtenderPriority``); Fit's node score runs 0..30.
+MAX_EXTENDER_SCORE = 10
+_NODE_SCORE_MAX = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilterOutcome:
+    """Fitting nodes (best first in single-node mode, input order otherwise) and why the rest failed."""
+
+    passed: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    """Nodes Fit rejected, with HAMi's ``"N/M Reason"`` strings."""
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    """Nodes we cannot judge at all (no inventory, stale heartbeat); preemption cannot help them."""
+    reason_counts: dict[str, int] = field(default_factory=dict)
+    """Reason name -> how many failed nodes reported it (for metrics)."""
+
+
+class Placement:
+    """Filter, score and decide over a :class:`Ledger`; holds only a per-node cache."""
+
+    def __init__(self, ledger: Ledger, policies: Policies, *, single_node: bool = False) -> None:
+        self.ledger = ledger
+        self.policies = policies
+        self.single_node = single_node
+        self._states: dict[NodeName, NodeState] = {}
+        self._versions: dict[NodeName, int] = {}
+
+    def node_state(self, node: NodeName) -> NodeState | None:
+        version = self.ledger.version(node)
+        if self._versions.get(node) == version:
+            return self._states.get(node)
+        snap = self.ledger.snapshot(node)
+        if snap is None:
+            self._states.pop(node, None)
+            self._versions.pop(node, None)
+            return None
+        state = NodeState(name=node, devices=snap.devices, usage=snap.usage, annotations=snap.annotations)
+        self._states[node] = state
+        self._versions[node] = version
+        return state
+
+    def unusable(self, node: NodeName, now: float) -> str | None:
+        """Why a node cannot be judged (no inventory, stale heartbeat), or None."""
+        inv = self.ledger.inventory(node)
+        if inv is None:
+            return NODE_UNREGISTERED
+        if inv.stale(now):
+            return (
+                f"{STALE_PREFIX}: no heartbeat for {now - inv.seen_at:.0f}s "
+                f"(expected every {inv.heartbeat_s:.0f}s, stale after {STALE_HEARTBEATS:.0f} missed)"
+            )
+        return None
+
+    def filter(self, pod: PodRequest, names: Sequence[str], now: float) -> FilterOutcome:
+        """Every node that fits (raises AnnotationError on bad scoring weights)."""
+        states: list[NodeState] = []
+        unresolvable: dict[str, str] = {}
+        for name in names:
+            node = NodeName(name)
+            why = self.unusable(node, now)
+            state = None if why else self.node_state(node)
+            if state is None:
+                unresolvable[name] = why or NODE_UNREGISTERED
+            else:
+                states.append(state)
+        result = filter_nodes(states, pod, self.policies, choose=False)
+        passed: list[str] = [n for n, _ in result.fits]
+        if self.single_node and passed:
+            passed = [best_node(result.fits, result.policy) or passed[0]]
+        fits = result.failed_fits()
+        counts: dict[str, int] = {}
+        for nf in fits.values():
+            for reason, n in nf.reasons.items():
+                if n > 0:
+                    counts[reason] = counts.get(reason, 0) + 1
+        return FilterOutcome(
+            passed=passed,
+            failed={n: f.reason for n, f in fits.items()},
+            unresolvable=unresolvable,
+            reason_counts=counts,
+        )
+
+    def scores(self, pod: PodRequest, names: Sequence[str], now: float) -> list[tuple[str, int]]:
+        """0..10 per node: binpack prefers fuller nodes, spread emptier ones; unusable nodes score 0."""
+        policy = pod.annotations.get(ann.NODE_SCHEDULER_POLICY) or self.policies.node
+        out: list[tuple[str, int]] = []
+        for name in names:
+            node = NodeName(name)
+            state = None if self.unusable(node, now) else self.node_state(node)
+            if state is None:
+                out.append((name, 0))
+                continue
+            scaled = round(min(state.derived.score, _NODE_SCORE_MAX) / _NODE_SCORE_MAX * MAX_EXTENDER_SCORE)
+            out.append((name, MAX_EXTENDER_SCORE - scaled if policy == NodePolicy.SPREAD else scaled))
+        return out
+
+    def decide(self, pod: PodRequest, node: NodeName, now: float) -> NodeFit:
+        """Fit on the chosen node against current usage; ``fit`` False carries the reason."""
+        why = self.unusable(node, now)
+        state = None if why else self.node_state(node)
+        if state is None:
+            return NodeFit(node=node, fit=False, score=0.0, reason=why or NODE_UNREGISTERED)
+        return fit_pod(state, pod, self.policies)

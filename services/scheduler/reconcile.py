@@ -1,0 +1,226 @@
+"""Keeping the ledger true to the cluster (contract item 3): pods, nodes and node-agent verdicts.
+
+Leader only: watch pods (list + watch, re-list on 410) to release the slices of deleted and finished
+pods; at start, release entries whose pod no longer exists and adopt bound pods that carry HAMi's
+annotations but have no entry (how a HAMi cluster migrates); consume ``allocation.applied`` and
+``allocation.failed`` to move entries to APPLIED or FAILED (a failure frees the slice).
+Every replica: watch nodes for the annotations Fit reads and to drop removed nodes.
+
+Orchestration over ``state``, ``leases`` and the Kubernetes port; must not know HTTP or Fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from services.scheduler.leases import AllocLeases
+from services.scheduler.state import State
+from shared import annotations as ann
+from shared.bus import Subscription
+from shared.errors import AnnotationError, BusUnavailable
+from shared.events import AllocationApplied, AllocationFailed, Event
+from shared.kube import KubeApi, list_and_watch_nodes, list_and_watch_pods
+from shared.model import Allocation, AllocationState, NodeName, PodDevices, PodUID
+
+log = logging.getLogger(__name__)
+
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+#: Node annotations Fit reads.
+_NODE_KEYS = (ann.DEVICE_CORDON, ann.NODE_SCORE)
+_PHASE_STATE = {
+    ann.BindPhase.SUCCESS.value: AllocationState.APPLIED,
+    ann.BindPhase.FAILED.value: AllocationState.FAILED,
+}
+
+
+def adoptable(pod: Mapping[str, Any]) -> Allocation | None:
+    """The ledger entry a bound pod with HAMi annotations implies, or None."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    a = meta.get("annotations") or {}
+    node = a.get(ann.ASSIGNED_NODE) or spec.get("nodeName")
+    if not spec.get("nodeName") or ann.DEVICES_ALLOCATED not in a or not node or not meta.get("uid"):
+        return None
+    if (pod.get("status") or {}).get("phase") in _TERMINAL:
+        return None
+    try:
+        devices: PodDevices = ann.decode_pod_devices(a[ann.DEVICES_ALLOCATED])
+    except AnnotationError as e:
+        log.warning("pod %s/%s: cannot adopt, %s", meta.get("namespace"), meta.get("name"), e)
+        return None
+    inits = [c.get("name", "") for c in spec.get("initContainers") or []]
+    apps = [c.get("name", "") for c in spec.get("containers") or []]
+    names = tuple(inits + apps)
+    devices = tuple(devices[: len(names)]) + ((),) * max(0, len(names) - len(devices))
+    return Allocation(
+        pod_uid=PodUID(meta["uid"]),
+        namespace=meta.get("namespace", "default"),
+        name=meta.get("name", ""),
+        node=NodeName(node),
+        devices=devices,
+        containers=names,
+        init_count=len(inits),
+        state=_PHASE_STATE.get(a.get(ann.BIND_PHASE, ""), AllocationState.DECIDED),
+        decided_at=float(a.get(ann.BIND_TIME, "0") or 0) if a.get(ann.BIND_TIME, "").isdigit() else 0.0,
+    )
+
+
+class Reconciler:
+    """The leader's loops that keep the ledger equal to the cluster and to the node-agents."""
+
+    def __init__(
+        self,
+        state: State,
+        leases: AllocLeases,
+        kube: KubeApi | None,
+        *,
+        scheduler_name: str,
+        in_flight: Callable[[str], bool],
+        on_release: Callable[[str], None],
+        on_adopt: Callable[[], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._state = state
+        self._leases = leases
+        self._kube = kube
+        self._scheduler_name = scheduler_name
+        self._in_flight = in_flight
+        self._on_release = on_release
+        self._on_adopt = on_adopt
+        self._clock = clock
+        self._live: set[str] = set()
+        self.pods_synced = asyncio.Event()
+
+    # --- node-agent verdicts ---------------------------------------------------------------
+
+    async def subscribe_verdicts(self, since: float) -> list[Subscription]:
+        """Follow applied/failed from ``since`` (a new leader replays what the old one may have missed)."""
+        bus = self._state.bus
+        return [
+            await bus.subscribe("gpubus.allocation.applied.>", self.on_verdict, deliver=since),
+            await bus.subscribe("gpubus.allocation.failed.>", self.on_verdict, deliver=since),
+        ]
+
+    async def on_verdict(self, event: Event) -> None:
+        if isinstance(event, AllocationApplied) and event.complete:
+            await self._state.set_state(PodUID(event.pod_uid), AllocationState.APPLIED)
+        elif isinstance(event, AllocationFailed) and event.pod_uid:
+            uid = PodUID(event.pod_uid)
+            entry = self._state.ledger.entry(uid)
+            if entry is None or entry.state is AllocationState.FAILED:
+                return
+            await self._state.set_state(uid, AllocationState.FAILED)
+            await self._leases.release_for(entry.node, entry.devices, uid)
+            self._leases.wake(entry.node)
+            self._on_release("allocation_failed")
+            log.warning(
+                "pod %s/%s: Allocate failed on %s (%s); its slice is free again",
+                entry.namespace,
+                entry.name,
+                entry.node,
+                event.reason,
+            )
+
+    # --- pods ------------------------------------------------------------------------------
+
+    async def watch_pods(self) -> None:
+        """List + watch pods forever; reconcile the ledger once the first list is in."""
+        if self._kube is None:
+            self.pods_synced.set()
+            return
+        selector = f"spec.schedulerName={self._scheduler_name}" if self._scheduler_name else None
+        synced = asyncio.Event()
+        listed_at = self._clock()
+        reconciler = asyncio.create_task(self._reconcile_when(synced, listed_at), name="scheduler-reconcile")
+        try:
+            async for event in list_and_watch_pods(self._kube, field_selector=selector, synced=synced):
+                await self.on_pod(event["type"], event["object"])
+        finally:
+            reconciler.cancel()
+            await asyncio.gather(reconciler, return_exceptions=True)
+
+    async def _reconcile_when(self, synced: asyncio.Event, listed_at: float) -> None:
+        await synced.wait()
+        await self.reconcile(listed_at)
+        self.pods_synced.set()
+
+    async def reconcile(self, listed_at: float) -> None:
+        """Release entries whose pod is gone (decided before the list was taken)."""
+        for entry in list(self._state.ledger.entries()):
+            if (
+                entry.pod_uid in self._live
+                or self._in_flight(entry.pod_uid)
+                or entry.state is AllocationState.RESERVED
+                or entry.decided_at > listed_at
+            ):
+                continue
+            await self.release(entry.pod_uid, "pod no longer exists")
+        log.info(
+            "reconciled the ledger with the API server: %d entries, %d live pods",
+            len(self._state.ledger),
+            len(self._live),
+        )
+
+    async def on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if not uid:
+            return
+        finished = (pod.get("status") or {}).get("phase") in _TERMINAL
+        if kind == "DELETED" or finished:
+            self._live.discard(uid)
+            if self._state.ledger.entry(PodUID(uid)) is not None:
+                await self.release(PodUID(uid), "pod deleted" if kind == "DELETED" else "pod finished")
+            return
+        self._live.add(uid)
+        if self._state.ledger.entry(PodUID(uid)) is None and not self._in_flight(uid):
+            await self._adopt(pod)
+
+    async def _adopt(self, pod: Mapping[str, Any]) -> None:
+        allocation = adoptable(pod)
+        if allocation is None:
+            return
+        try:
+            if await self._state.adopt(allocation):
+                self._on_adopt()
+                log.info(
+                    "adopted %s/%s on %s from its HAMi annotations",
+                    allocation.namespace,
+                    allocation.name,
+                    allocation.node,
+                )
+        except BusUnavailable as e:
+            log.warning("could not adopt %s/%s: %s", allocation.namespace, allocation.name, e)
+
+    async def release(self, uid: PodUID, why: str) -> None:
+        try:
+            held = await self._state.release(uid, why)
+        except BusUnavailable as e:
+            log.warning("could not release pod %s (%s); will retry on the next event: %s", uid, why, e)
+            return
+        if held is None:
+            return
+        await self._leases.release_for(held.node, held.devices, uid)
+        self._leases.wake(held.node)
+        self._on_release(why.split(":", maxsplit=1)[0].replace(" ", "_"))
+
+    # --- nodes -----------------------------------------------------------------------------
+
+    async def watch_nodes(self) -> None:
+        """Every replica: node annotations Fit reads; deleted nodes leave the picture."""
+        if self._kube is None:
+            return
+        async for event in list_and_watch_nodes(self._kube):
+            node = event["object"]
+            name = NodeName((node.get("metadata") or {}).get("name", ""))
+            if not name:
+                continue
+            if event["type"] == "DELETED":
+                self._state.ledger.remove_node(name)
+                continue
+            a = (node.get("metadata") or {}).get("annotations") or {}
+            self._state.ledger.set_annotations(name, {k: a[k] for k in _NODE_KEYS if k in a})

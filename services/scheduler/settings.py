@@ -1,0 +1,48 @@
+"""Settings of ``gpubus scheduler`` (CLI > env ``GPUBUS_SCHEDULER_*`` > file), one field per knob.
+
+Loaded once by the composition root and passed down; nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerSettings:
+    """How the extender listens, decides and coordinates with its peers."""
+
+    bind: str = "0.0.0.0"
+    """Address the extender HTTP server listens on."""
+    port: int = 8080
+    """Port of ``/filter``, ``/prioritize``, ``/bind``, ``/healthz``, ``/readyz``, ``/metrics``."""
+    scheduler_name: str = "gpubus-scheduler"
+    """Only pods with this ``spec.schedulerName`` are watched for release ("" = all pods)."""
+    node_scheduler_policy: str = "binpack"
+    """Default node policy (``binpack`` fuller nodes first, ``spread`` emptier first); pods override it."""
+    gpu_scheduler_policy: str = "spread"
+    """Default GPU policy (``spread``, ``binpack``, ``numa``, ``mutex``, ``topology-aware``)."""
+    single_node_filter: bool = False
+    """HAMi mode: filter returns only the single best node instead of every fitting node."""
+    lease_ttl_s: float = 30.0
+    """TTL of the Allocate ambiguity leases (``alloc.<node>.<n>``), seconds; a dead holder frees it."""
+    bind_timeout_s: float = 25.0
+    """Longest a bind waits for an ambiguity lease, seconds; keep below the extender ``httpTimeout``."""
+    reservation_ttl_s: float = 60.0
+    """An in-process decision not written to the ledger within this lapses, seconds."""
+    leader_key: str = "leader.scheduler"
+    """Key of the leader lease in the ``locks`` bucket."""
+    leader_ttl_s: float = 6.0
+    """Leader lease TTL, seconds (whole); a standby takes over within about this after a crash."""
+    replica_id: str = ""
+    """This replica's identity in the leader lease (default: host name and process id)."""
+    legacy_metrics: bool = False
+    """Export HAMi's pre-v2.9 scheduler metric names instead of the ``hami_*`` names."""
+    kubeconfig: str | None = None
+    """Path of a kubeconfig; None with ``in_cluster`` False means no Kubernetes API (bus-only mode)."""
+    in_cluster: bool = False
+    """Use the pod's service account (in-cluster config)."""
+    label_pods: bool = True
+    """After binding, also set the label ``hami.io/vgpu-node`` (HAMi's monitor selects pods by it)."""
+    log_level: str = "INFO"
+    log_json: bool = False

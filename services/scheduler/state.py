@@ -1,0 +1,263 @@
+"""The I/O shell around the ledger: load inventory and allocations from KV, then follow them live.
+
+At start it reads both buckets in one bulk pass each (no per-key requests), then watches them from
+the snapshot's revision so nothing falls in between, and follows ``gpubus.inventory.>`` heartbeats.
+Only then is it ``ready``: a restarted scheduler is correct from its first filter call.
+
+It is also the only writer of the ``allocations`` bucket (used by the leader): every write is applied
+to the in-memory ledger first (or with the revision NATS returned), so the watch echo changes nothing.
+
+Must not know HTTP, Kubernetes or the Fit engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import msgpack
+
+from services.scheduler.ledger import STALE_HEARTBEATS, Ledger, NodeInventory
+from shared.bus import ALLOCATIONS, INVENTORY, KV, Bus, Entry, Subscription, Watch
+from shared.codec import from_wire, to_wire
+from shared.errors import BusUnavailable, CasConflict, EventDecodeError
+from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
+from shared.model import Allocation, AllocationState, NodeName, PodUID
+
+log = logging.getLogger(__name__)
+
+#: ``on_change(node)``: something about this node's allocations changed (wakes lease waiters).
+ChangeCallback = Callable[[NodeName], None]
+
+
+def decode_allocation(value: bytes) -> Allocation:
+    try:
+        body = msgpack.unpackb(value, raw=False)
+    except Exception as e:
+        raise EventDecodeError(f"allocation entry is not valid msgpack: {e}") from e
+    return from_wire(Allocation, body)
+
+
+def encode_allocation(allocation: Allocation) -> bytes:
+    return bytes(msgpack.packb(to_wire(allocation), use_bin_type=True))
+
+
+def decode_inventory(value: bytes) -> Inventory:
+    try:
+        body = msgpack.unpackb(value, raw=False)
+    except Exception as e:
+        raise EventDecodeError(f"inventory entry is not valid msgpack: {e}") from e
+    return from_wire(Inventory, body)
+
+
+class State:
+    """Keeps a :class:`Ledger` equal to KV; writes the ledger for the leader."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        ledger: Ledger,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_change: ChangeCallback | None = None,
+    ) -> None:
+        self.bus = bus
+        self.ledger = ledger
+        self._clock = clock
+        self._on_change = on_change
+        self._allocations: KV | None = None
+        self._inventory: KV | None = None
+        self._watches: list[Watch] = []
+        self._subscription: Subscription | None = None
+        self._own_tombstones: dict[PodUID, int] = {}
+        self.ready = False
+        self.decode_errors = 0
+        self.loaded_in_s = 0.0
+
+    # --- start and stop --------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Bulk-load both buckets, then follow them and the inventory heartbeats."""
+        started = time.perf_counter()
+        self._inventory = await self.bus.kv(INVENTORY)
+        self._allocations = await self.bus.kv(ALLOCATIONS)
+        inv = await self._inventory.snapshot()
+        now = self._clock()
+        for node, entry in inv.entries.items():
+            self._on_inventory_entry(NodeName(node), entry, loaded_at=now)
+        allocs = await self._allocations.snapshot()
+        for uid, entry in allocs.entries.items():
+            self._on_allocation_entry(uid, entry)
+        self._watches.append(
+            await self._inventory.watch(self._watch_inventory, start_revision=inv.revision + 1)
+        )
+        self._watches.append(
+            await self._allocations.watch(self._watch_allocations, start_revision=allocs.revision + 1)
+        )
+        self._subscription = await self.bus.subscribe(
+            "gpubus.inventory.>", self._on_event, deliver="last_per_subject"
+        )
+        self.loaded_in_s = time.perf_counter() - started
+        self.ready = True
+        log.info(
+            "state loaded in %.2fs: %d nodes, %d ledger entries",
+            self.loaded_in_s,
+            len(self.ledger.nodes()),
+            len(self.ledger),
+        )
+
+    async def close(self) -> None:
+        self.ready = False
+        if self._subscription is not None:
+            await self._subscription.stop()
+        for w in self._watches:
+            await w.stop()
+        self._watches.clear()
+
+    # --- following -------------------------------------------------------------------------
+
+    def _on_inventory_entry(self, node: NodeName, entry: Entry, *, loaded_at: float | None = None) -> None:
+        try:
+            event = decode_inventory(entry.value)
+        except EventDecodeError as e:
+            self.decode_errors += 1
+            log.warning("inventory entry for %s is unusable: %s", node, e)
+            return
+        self.set_inventory(node, event, loaded_at=loaded_at)
+
+    def set_inventory(self, node: NodeName, event: Inventory, *, loaded_at: float | None = None) -> None:
+        """Newer content or a newer heartbeat replaces what is held; an older one is ignored."""
+        seen = event.ts
+        if loaded_at is not None:
+            # KV holds the last content, not the last heartbeat: give a loaded node one interval
+            # to prove it is alive instead of calling every node stale at start.
+            seen = max(seen, loaded_at - (STALE_HEARTBEATS - 1) * event.heartbeat_s)
+        held = self.ledger.inventory(node)
+        if held is not None and seen < held.seen_at and event.generation <= held.generation:
+            return
+        self.ledger.set_inventory(
+            node,
+            NodeInventory(
+                devices=event.devices,
+                seen_at=seen,
+                heartbeat_s=event.heartbeat_s,
+                generation=event.generation,
+            ),
+        )
+
+    async def _watch_inventory(self, key: str, entry: Entry | None) -> None:
+        if entry is None:
+            self.ledger.remove_node(NodeName(key))
+        else:
+            self._on_inventory_entry(NodeName(key), entry)
+
+    async def _on_event(self, event: Event) -> None:
+        if isinstance(event, Inventory) and event.node:
+            self.set_inventory(NodeName(event.node), event)
+
+    def _on_allocation_entry(self, key: str, entry: Entry) -> None:
+        try:
+            allocation = decode_allocation(entry.value)
+        except EventDecodeError as e:
+            self.decode_errors += 1
+            log.warning("ledger entry %s is unusable: %s", key, e)
+            return
+        if self.ledger.apply(allocation, entry.revision):
+            self._changed(allocation.node)
+
+    async def _watch_allocations(self, key: str, entry: Entry | None) -> None:
+        if entry is not None:
+            self._on_allocation_entry(key, entry)
+            return
+        uid = PodUID(key)
+        if self._own_tombstones.get(uid):
+            # The echo of a delete this process already applied; the entry may be a newer one.
+            self._forget_tombstone(uid)
+            return
+        removed = self.ledger.delete(uid)
+        if removed is not None:
+            self._changed(removed.node)
+
+    def _forget_tombstone(self, uid: PodUID) -> None:
+        left = self._own_tombstones.get(uid, 0) - 1
+        if left > 0:
+            self._own_tombstones[uid] = left
+        else:
+            self._own_tombstones.pop(uid, None)
+
+    def _changed(self, node: NodeName) -> None:
+        if self._on_change is not None:
+            self._on_change(node)
+
+    # --- writing (leader only) -------------------------------------------------------------
+
+    def _kv(self) -> KV:
+        if self._allocations is None:
+            raise BusUnavailable("state not loaded")
+        return self._allocations
+
+    async def write(self, allocation: Allocation) -> int:
+        """Put the entry in KV and in the ledger (at the revision KV gave it)."""
+        revision = await self._kv().put(allocation.pod_uid, encode_allocation(allocation))
+        self.ledger.apply(allocation, revision)
+        self._changed(allocation.node)
+        return revision
+
+    async def decide(self, allocation: Allocation) -> int:
+        """Write a DECIDED entry and publish ``allocation.decided`` (both before the Binding)."""
+        decided = replace(allocation, state=AllocationState.DECIDED, expires_at=0.0)
+        revision = await self.write(decided)
+        await self.bus.publish(AllocationDecided(allocation=decided, node=decided.node))
+        return revision
+
+    async def set_state(self, uid: PodUID, state: AllocationState) -> Allocation | None:
+        """Move an entry to ``state`` (compare-and-set against its revision; retried once on a race)."""
+        for _ in range(2):
+            held = self.ledger.entry(uid)
+            revision = self.ledger.revision(uid)
+            if held is None or revision is None or held.state is state:
+                return None
+            updated = replace(held, state=state)
+            try:
+                new_rev = await self._kv().update(uid, encode_allocation(updated), last=revision)
+            except CasConflict:
+                entry = await self._kv().get(uid)
+                if entry is not None:
+                    self._on_allocation_entry(uid, entry)
+                continue
+            self.ledger.apply(updated, new_rev)
+            self._changed(updated.node)
+            return updated
+        return None
+
+    async def adopt(self, allocation: Allocation) -> bool:
+        """Create an entry only if the pod has none in KV (migration from HAMi, missed writes)."""
+        try:
+            revision = await self._kv().create(allocation.pod_uid, encode_allocation(allocation))
+        except CasConflict:
+            return False
+        self.ledger.apply(allocation, revision)
+        self._changed(allocation.node)
+        return True
+
+    async def release(self, uid: PodUID, why: str) -> Allocation | None:
+        """Drop the entry here and in KV and publish ``allocation.released``; None if there was none."""
+        revision = self.ledger.revision(uid) or 0
+        held = self.ledger.delete(uid)
+        self._own_tombstones[uid] = self._own_tombstones.get(uid, 0) + 1
+        try:
+            await self._kv().delete(uid)
+        except BusUnavailable:
+            self._forget_tombstone(uid)
+            if held is not None:
+                self.ledger.apply(held, revision)  # still in KV: keep counting it
+            raise
+        if held is None:
+            return None
+        self._changed(held.node)
+        self.bus.emit(
+            AllocationReleased(pod_uid=uid, namespace=held.namespace, name=held.name, why=why, node=held.node)
+        )
+        return held

@@ -1,0 +1,50 @@
+"""Pytest fixtures of the scheduler integration tests (registered with ``pytest_plugins``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from asyncwait import wait_until
+from conftest import bus_settings
+from scheduler_harness import ExtenderClient, start_scheduler
+
+from services.scheduler.app import SchedulerApp
+from services.sim.apiserver import SimApiServer
+from services.sim.handlers import WatchSettings
+from shared.bus import Bus
+from shared.kube import KubeClient
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[SimApiServer]:
+    async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.2)) as server:
+        yield server
+
+
+@pytest.fixture
+async def kube(api: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def scheduler(
+    bus: Bus, nats_url: str, api: SimApiServer, tmp_path: Path
+) -> AsyncIterator[SchedulerApp]:
+    app = await start_scheduler(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig"))
+    await wait_until(lambda: app.election.is_leader, what="leadership")
+    await wait_until(app.reconciler.pods_synced.is_set, what="pods synced")
+    try:
+        yield app
+    finally:
+        await app.stop()
+
+
+@pytest.fixture
+async def client(scheduler: SchedulerApp) -> AsyncIterator[ExtenderClient]:
+    async with aiohttp.ClientSession() as session:
+        yield ExtenderClient(session, scheduler.port)

@@ -1,0 +1,198 @@
+"""Concurrency and high availability: no over-commit under concurrent binds, the Allocate leases,
+and leader failover.
+
+Matrix: many concurrent binds of random sizes onto one node (several seeds) with a node-agent
+stand-in that releases leases on ``allocation.decided``; a lease held by a pod that is gone is
+taken over at once; a lease held by a live pod is waited for until its TTL runs out, or the bind
+gives up with an Error naming the holder; pods of different sizes never wait for each other;
+the leader dies without releasing and a standby takes over and binds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from asyncwait import wait_until
+from conftest import bus_settings
+from scheduler_harness import (
+    GPU_MEM,
+    ExtenderClient,
+    create_node,
+    gpu_pod,
+    register_node,
+    slice_of,
+    start_scheduler,
+)
+
+from services.scheduler.app import SchedulerApp
+from services.scheduler.leases import device_counts
+from services.sim.apiserver import SimApiServer
+from shared.bus import Bus, Subscription
+from shared.events import AllocationDecided, Event
+from shared.handoff import lease_key
+from shared.kube import KubeClient
+from shared.model import AllocationState, DeviceUUID, NodeName
+
+pytest_plugins = ("scheduler_fixtures",)
+
+
+async def fake_node_agent(bus: Bus) -> Subscription:
+    """Releases each decided pod's leases, as the node-agent does once Allocate has run."""
+
+    async def on_decided(event: Event) -> None:
+        if isinstance(event, AllocationDecided):
+            a = event.allocation
+            for n in device_counts(a.devices):
+                lease = await bus.lease(lease_key(a.node, n), a.pod_uid, auto_renew=False)
+                await lease.release()
+
+    return await bus.subscribe("gpubus.allocation.decided.>", on_decided, deliver="new")
+
+
+@pytest.fixture
+async def agent(bus: Bus) -> AsyncIterator[Subscription]:
+    sub = await fake_node_agent(bus)
+    yield sub
+    await sub.stop()
+
+
+async def create(kube: KubeClient, pod: dict[str, Any]) -> dict[str, Any]:
+    return dict(await kube.create_pod("default", pod))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR0917 (fixtures)
+    bus: Bus,
+    kube: KubeClient,
+    scheduler: SchedulerApp,
+    client: ExtenderClient,
+    agent: Subscription,
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    await create_node(kube, "hot")
+    await register_node(bus, "hot", gpus=2, count=4)
+    await wait_until(lambda: NodeName("hot") in scheduler.ledger, what="inventory")
+    pods = []
+    for i in range(24):
+        limits = slice_of(
+            rng.choice([5000, 20_000, 40_000]), rng.choice([0, 10, 30, 60]), count=rng.choice([1, 1, 2])
+        )
+        pods.append(await create(kube, gpu_pod(f"p{seed}-{i}", limits)))
+    errors = await asyncio.gather(*(client.bind(p, "hot") for p in pods))
+    bound = [p for p, e in zip(pods, errors, strict=True) if e == ""]
+    assert bound, errors
+    assert all("does not fit" in e for e in errors if e), errors
+    for i in range(2):
+        u = scheduler.ledger.usage(NodeName("hot"), DeviceUUID(f"GPU-hot-{i}"))
+        assert u.used <= 4 and u.usedmem <= GPU_MEM and u.usedcores <= 100
+    total = sum(scheduler.ledger.usage(NodeName("hot"), DeviceUUID(f"GPU-hot-{i}")).usedmem for i in range(2))
+    expected = sum(
+        int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"])
+        * int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+        for p in bound
+    )
+    assert total == expected
+
+
+async def test_lease_of_a_gone_owner_is_taken_over_at_once(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    await create_node(kube, "n1")
+    await register_node(bus, "n1")
+    await wait_until(lambda: NodeName("n1") in scheduler.ledger, what="inventory")
+    stale = await bus.lease(lease_key("n1", 1), "pod-that-is-gone", auto_renew=False)
+    assert await stale.acquire()
+    pod = await create(kube, gpu_pod("p", slice_of(1000)))
+    assert await client.bind(pod, "n1") == ""
+    assert await stale.holder() == pod["metadata"]["uid"]
+
+
+async def test_live_holder_is_waited_for_until_its_ttl_runs_out(
+    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+) -> None:
+    app = await start_scheduler(
+        bus_settings(nats_url),
+        api.write_kubeconfig(tmp_path / "kc"),
+        lease_ttl_s=1.0,
+        bind_timeout_s=15.0,
+        replica_id="ttl",
+    )
+    try:
+        await wait_until(lambda: app.election.is_leader, what="leadership")
+        await create_node(kube, "n1")
+        await register_node(bus, "n1")
+        await wait_until(lambda: NodeName("n1") in app.ledger, what="inventory")
+        async with aiohttp.ClientSession() as session:
+            c = ExtenderClient(session, app.port)
+            first = await create(kube, gpu_pod("first", slice_of(1000)))
+            second = await create(kube, gpu_pod("second", slice_of(1000)))
+            other_size = await create(kube, gpu_pod("pair", slice_of(1000, count=2)))
+            assert await c.bind(first, "n1") == ""  # no node-agent: its lease stays until the TTL
+            assert await c.bind(other_size, "n1") == ""  # alloc.n1.2 is a different key: no wait
+            assert await c.bind(second, "n1") == ""
+        locks = await bus.kv("locks")
+        entry = await locks.get(lease_key("n1", 1))
+        assert entry is not None and entry.value.decode() == second["metadata"]["uid"]
+    finally:
+        await app.stop()
+
+
+async def test_bind_gives_up_naming_the_holder_when_the_budget_runs_out(
+    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+) -> None:
+    app = await start_scheduler(
+        bus_settings(nats_url),
+        api.write_kubeconfig(tmp_path / "kc"),
+        lease_ttl_s=20.0,
+        bind_timeout_s=0.5,
+        replica_id="impatient",
+    )
+    try:
+        await wait_until(lambda: app.election.is_leader, what="leadership")
+        await create_node(kube, "n1")
+        await register_node(bus, "n1")
+        await wait_until(lambda: NodeName("n1") in app.ledger, what="inventory")
+        async with aiohttp.ClientSession() as session:
+            c = ExtenderClient(session, app.port)
+            first = await create(kube, gpu_pod("first", slice_of(1000)))
+            second = await create(kube, gpu_pod("second", slice_of(1000)))
+            assert await c.bind(first, "n1") == ""
+            error = await c.bind(second, "n1")
+        assert f"Allocate lease alloc.n1.1 is still held by pod {first['metadata']['uid']}" in error
+        assert app.ledger.entry(second["metadata"]["uid"]) is None
+        first_entry = app.ledger.entry(first["metadata"]["uid"])
+        assert first_entry is not None and first_entry.state is AllocationState.DECIDED
+    finally:
+        await app.stop()
+
+
+async def test_standby_takes_over_when_the_leader_dies(
+    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
+    leader = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="leader", leader_ttl_s=1.0)
+    await wait_until(lambda: leader.election.is_leader, what="first leader")
+    standby = await start_scheduler(
+        bus_settings(nats_url), kubeconfig, replica_id="standby", leader_ttl_s=1.0
+    )
+    try:
+        await create_node(kube, "n1")
+        await register_node(bus, "n1")
+        await wait_until(lambda: NodeName("n1") in standby.ledger, what="inventory")
+        assert not standby.election.is_leader
+        await leader.bus.nc.close()  # the leader's process dies: no release, renewals stop
+        await wait_until(lambda: standby.election.is_leader, timeout=15, what="takeover")
+        async with aiohttp.ClientSession() as session:
+            c = ExtenderClient(session, standby.port)
+            pod = await create(kube, gpu_pod("after", slice_of(1000)))
+            assert await c.bind(pod, "n1") == ""
+    finally:
+        await standby.stop()
+        await leader.stop()

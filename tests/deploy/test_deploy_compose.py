@@ -1,0 +1,206 @@
+"""docker-compose.yml, checked without a Docker engine: parsed, and every command parsed by the real CLI.
+
+Case matrix: each gpubus container's command line against ``gpubus <command>`` (a command that
+does not exist yet skips only its own case, naming it) and against the child ``gpubus up``
+starts for the same part; published ports against the ports the flags configure; image and
+build recipe; healthchecks behind every ``service_healthy`` dependency; no dependency cycle;
+NATS with JetStream on a volume; the one-shot certificate step run for real.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from clicheck import parse
+from cryptography import x509
+from helmchart import ROOT
+
+COMPOSE = ROOT / "docker-compose.yml"
+#: compose service -> the ``gpubus`` command it runs (``gpubus up`` names its children the same way).
+GPUBUS_SERVICES = {"control": "sim-control", "webhook": "webhook", "scheduler": "scheduler",
+                   "nodes": "sim-nodes"}
+#: Flags whose values differ on purpose: compose keeps ready files inside each container.
+CONTAINER_LOCAL_FLAGS = {"--ready-file"}
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())  # type: ignore[no-any-return]
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    return _compose()["services"]  # type: ignore[no-any-return]
+
+
+def _command(service: str) -> list[str]:
+    command = _services()[service]["command"]
+    return shlex.split(command) if isinstance(command, str) else list(command)
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return values[-1] if values else None
+
+
+def test_compose_runs_nats_the_pipeline_and_the_simulated_cluster() -> None:
+    assert set(_services()) == {"nats", "certs", *GPUBUS_SERVICES}
+    assert all(_services()[name]["depends_on"]["nats"] == {"condition": "service_healthy"}
+               for name in GPUBUS_SERVICES)
+
+
+@pytest.mark.parametrize("service", GPUBUS_SERVICES)
+def test_service_command_parses_with_the_real_cli(service: str) -> None:
+    command, *flags = _command(service)
+    assert command == GPUBUS_SERVICES[service]
+    parse(command, flags)
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    """``--a=1 --b 2 --c`` -> {"--a": "1", "--b": "2", "--c": ""}."""
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            value, i = argv[i + 1], i + 1
+        flags[name] = value
+        i += 1
+    return flags
+
+
+def _gpubus_up_children(data_dir: Path) -> dict[str, list[str]]:
+    """argv of each child ``gpubus up`` would start with the compose stack's ports and ``data_dir``."""
+    stack_module = pytest.importorskip("gpubus.stack", reason="`gpubus up` (gpubus/stack.py) not written yet")
+    tls_module = pytest.importorskip("gpubus.stack_tls")
+    spec = stack_module.StackSpec(data_dir=data_dir, nodes=4, devices="4xA100-80GB",
+                                  nats_url="nats://nats:4222", port_base=17000, log_level="info")
+    stack = stack_module.Stack(spec)
+    stack.ports = stack_module.Ports(apiserver=17000, webhook=17001, scheduler=17002, monitor=17003)
+    stack.tls = tls_module.ensure_webhook_tls(data_dir / "tls")
+    # The one place that knows the children's flags; compose must stay the same stack.
+    children = stack._build_children()
+    return {name: child.argv[child.argv.index("gpubus") + 1:] for name, child in children.items()}
+
+
+@pytest.mark.parametrize("service", GPUBUS_SERVICES)
+def test_service_runs_what_gpubus_up_runs_for_the_same_part(service: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    children = _gpubus_up_children(state)
+    assert set(children) == set(GPUBUS_SERVICES)
+    expected = children[service]
+    actual = [arg.replace("/state", str(state)) for arg in _command(service)]
+    assert actual[0] == expected[0]
+    wanted, got = _flags(expected[1:]), _flags(actual[1:])
+    for flags in (wanted, got):
+        for name in CONTAINER_LOCAL_FLAGS:
+            flags.pop(name, None)
+    assert got == wanted
+
+
+@pytest.mark.parametrize("service", [*GPUBUS_SERVICES, "certs"])
+def test_gpubus_services_run_the_one_image_built_from_the_dockerfile(service: str) -> None:
+    spec = _services()[service]
+    assert spec["image"] == "${GPUBUS_IMAGE:-gpubus:dev}"
+    assert spec["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile"}
+    assert (ROOT / spec["build"]["dockerfile"]).exists()
+    assert spec["environment"]["GPUBUS_BUS_URL"] == "nats://nats:4222"
+
+
+def test_every_listening_port_is_published_by_the_shared_network_owner() -> None:
+    services = _services()
+    published = {p.split(":")[1] for p in services["control"]["ports"]}
+    for name in GPUBUS_SERVICES:
+        flags = _flags(_command(name)[1:])
+        port = flags.get("--port") or flags.get("--metrics-port")
+        assert port in published, f"{name} listens on {port}, not published"
+        assert flags.get("--bind", "127.0.0.1") == "127.0.0.1"
+        if name != "control":
+            assert services[name]["network_mode"] == "service:control"
+            assert "ports" not in services[name]
+    assert all(p.split(":")[0] == p.split(":")[1] for p in services["control"]["ports"])
+
+
+def test_host_ports_are_unique() -> None:
+    host_ports = [p.split(":")[0] for s in _services().values() for p in s.get("ports", [])]
+    assert len(host_ports) == len(set(host_ports))
+
+
+def test_nats_keeps_jetstream_on_a_volume_and_reports_health() -> None:
+    nats = _services()["nats"]
+    assert nats["image"].startswith("nats:2.")
+    assert "--jetstream" in nats["command"]
+    assert "nats-data:/data" in nats["volumes"] and "nats-data" in _compose()["volumes"]
+    assert "--store_dir=/data" in nats["command"]
+    assert "healthz" in " ".join(nats["healthcheck"]["test"])
+
+
+def test_every_long_running_service_has_a_healthcheck() -> None:
+    for name in GPUBUS_SERVICES:
+        flags = _flags(_command(name)[1:])
+        check = " ".join(_services()[name]["healthcheck"]["test"])
+        ready_file = flags.get("--ready-file")
+        assert (ready_file is not None and ready_file in check) or f":{flags['--port']}/" in check, name
+
+
+def test_dependencies_wait_for_health_and_have_no_cycle() -> None:
+    services = _services()
+    graph = {name: dict(spec.get("depends_on", {})) for name, spec in services.items()}
+    for name, deps in graph.items():
+        for dep, rule in deps.items():
+            if rule["condition"] == "service_healthy":
+                assert "healthcheck" in services[dep], f"{name} waits for {dep}, which has no healthcheck"
+            else:
+                assert rule["condition"] == "service_completed_successfully"
+                assert services[dep]["restart"] == "no"
+    for name in GPUBUS_SERVICES:
+        assert graph[name]["nats"] == {"condition": "service_healthy"}
+    _assert_acyclic(graph)
+
+
+def _assert_acyclic(graph: dict[str, dict[str, Any]]) -> None:
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, f"dependency cycle: {' -> '.join((*path, node))}"
+        if node not in done:
+            for dep in graph[node]:
+                visit(dep, (*path, node))
+            done.add(node)
+
+    for node in graph:
+        visit(node, ())
+
+
+def _run_certs_step(tmp_path: Path) -> Path:
+    """Run the ``certs`` service's script with /state moved to a temp dir; returns that dir."""
+    spec = _services()["certs"]
+    assert spec["entrypoint"] == ["python", "-c"]
+    [code] = spec["command"]
+    state = tmp_path / "state"
+    state.mkdir()
+    exec(compile(code.replace("/state", str(state)), "docker-compose certs", "exec"), {})
+    return state
+
+
+def test_certificate_step_makes_the_files_the_webhook_and_sim_read(tmp_path: Path) -> None:
+    tls = _run_certs_step(tmp_path) / "tls"
+    made = {p.name for p in tls.iterdir()}
+    wanted = {_flag(_command("webhook"), "--cert"), _flag(_command("webhook"), "--key"),
+              _flag(_command("control"), "--webhook-ca")}
+    assert {Path(str(w)).name for w in wanted} <= made
+    assert all(os.stat(tls / name).st_mode & 0o044 == 0o044 for name in made)
+
+
+def test_webhook_certificate_names_the_address_the_api_server_calls(tmp_path: Path) -> None:
+    tls = _run_certs_step(tmp_path) / "tls"
+    cert = x509.load_pem_x509_certificate((tls / "webhook.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    host = re.match(r"https://([^:/]+)", str(_flag(_command("control"), "--webhook-url")))
+    assert host is not None
+    names = {*sans.get_values_for_type(x509.DNSName), *map(str, sans.get_values_for_type(x509.IPAddress))}
+    assert host.group(1) in names

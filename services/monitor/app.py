@@ -31,7 +31,7 @@ from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
 from services.monitor.sources.sim import SimSource
 from shared.codec import from_wire
 from shared.errors import BusUnavailable, EventDecodeError
-from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
+from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
 from shared.model import Allocation
 
 log = logging.getLogger(__name__)
@@ -53,13 +53,6 @@ class BusPort(Protocol):
         self, subject: str, handler: Callable[[Event], Awaitable[None]], *, deliver: str | float = "new"
     ) -> Any: ...
     async def kv(self, bucket: str) -> Any: ...
-
-
-def node_token(node: str) -> str:
-    """The subject token of a node, as :func:`shared.events.subject_for` writes it."""
-    for ch in ". *>":
-        node = node.replace(ch, "_")
-    return node or "_"
 
 
 def build_sources(

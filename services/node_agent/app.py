@@ -43,7 +43,7 @@ from shared.events import (
     DeviceHealth,
     Event,
     Inventory,
-    subject_for,
+    node_token,
 )
 from shared.handoff import lease_key
 from shared.kube import KubeApi, KubeClient
@@ -53,11 +53,6 @@ log = logging.getLogger(__name__)
 
 _VERIFY_ATTEMPTS = 6
 _LEASE_RETRY_S = 1.0
-
-
-def node_token(node: str) -> str:
-    """The node's last subject token, sanitised exactly as :func:`subject_for` does."""
-    return subject_for(Event(node=node)).rsplit(".", 1)[1]
 
 
 def health_subject(node: str) -> str:

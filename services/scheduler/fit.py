@@ -14,18 +14,21 @@ Checks run per device in HAMi's order (health, cordon, type/mode, NUMA, UUID, sl
 memory, cores, exclusive, compute units, MIG); the scan goes from the end of the policy-sorted list.
 MIG placement is not implemented: a MIG-mode device always fails with ``CardMigTopologyInfeasible``.
 
-Pods with a single GPU container and no filters take an exact shortcut over precomputed per-node free
-capacity (each device is judged independently, so counting eligible devices is exact); results are
-memoised per immutable NodeState. Pure: no I/O, no clocks.
+Pods with a single GPU container and no filters take the exact shortcut of
+:mod:`services.scheduler.fastpath` over precomputed per-node free capacity; results are memoised per
+immutable NodeState (:mod:`services.scheduler.nodestate`, which also owns ``apply``/``release``; both
+are re-exported here, the public face of the engine). Pure: no I/O, no clocks.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from services.scheduler.fastpath import MEMO_LIMIT, ShapeKey, remember, shape_key, simple_fit, simple_reasons
+from services.scheduler.nodestate import NodeState, apply, release
 from services.scheduler.reasons import Reason, gen_reason
 from services.scheduler.score import (
     DEFAULT_WEIGHTS,
@@ -34,13 +37,11 @@ from services.scheduler.score import (
     best_node,
     device_order,
     device_score,
-    node_score,
     parse_scoring_weights,
     pick_topology,
     policy_chain,
 )
 from shared import annotations as ann
-from shared.errors import AnnotationError
 from shared.model import (
     NVIDIA,
     PERCENT_UNSET,
@@ -48,16 +49,24 @@ from shared.model import (
     ContainerRequest,
     DeviceInfo,
     DeviceMode,
-    DeviceUsage,
-    DeviceUUID,
     NodeName,
     PodDevices,
     PodRequest,
 )
 
-_MEMO_LIMIT = 256
-_KEYS: dict[tuple[int, int, int, int], tuple[int, int, int, int]] = {}
-_IDLE = DeviceUsage()
+__all__ = [
+    "DEFAULT_POLICIES",
+    "FilterResult",
+    "NodeFit",
+    "NodeState",
+    "Policies",
+    "Quota",
+    "apply",
+    "filter_nodes",
+    "fit_pod",
+    "release",
+    "type_matches",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,133 +103,6 @@ class NodeFit:
     reason: str = ""
     reasons: Mapping[str, int] = field(default_factory=dict)
     devices: PodDevices = ()
-
-
-class _Derived:
-    """Per-node facts precomputed once per NodeState (NodeState is immutable)."""
-
-    __slots__ = (
-        "avail",
-        "cordon",
-        "fixed",
-        "has_mig",
-        "max_free",
-        "memo",
-        "n_memfree",
-        "nv",
-        "pairs",
-        "score",
-    )
-
-    def __init__(
-        self, devices: tuple[DeviceInfo, ...], usage: tuple[DeviceUsage, ...], annotations: Mapping[str, str]
-    ) -> None:
-        self.cordon = frozenset(ann.parse_list(annotations.get(ann.DEVICE_CORDON)))
-        try:
-            self.pairs = (
-                ann.decode_pair_scores(annotations[ann.NODE_SCORE]) if ann.NODE_SCORE in annotations else {}
-            )
-        except AnnotationError:
-            self.pairs = {}  # HAMi treats unreadable topology scores as absent
-        self.score = node_score(devices, usage)
-        self.nv = tuple(i for i, d in enumerate(devices) if NVIDIA.lower() in d.type.lower())
-        self.has_mig = any(devices[i].mode == DeviceMode.MIG for i in self.nv)
-        fixed: dict[str, int] = {}
-        avail: list[tuple[int, int, int, int, int]] = []
-        for i in self.nv:
-            d, u = devices[i], usage[i]
-            why = _unavailable(d, u, self.cordon)
-            if why is not None:
-                fixed[why] = fixed.get(why, 0) + 1
-            else:
-                avail.append((d.devmem - u.usedmem, d.devcore - u.usedcores, u.used, d.devcore, d.devmem))
-        avail.sort(reverse=True)
-        self.avail = tuple(avail)
-        self.fixed = fixed
-        self.max_free = avail[0][0] if avail else -1
-        self.n_memfree = sum(1 for a in avail if a[0] >= a[4])
-        self.memo: dict[object, object] = {}
-
-
-def _unavailable(d: DeviceInfo, u: DeviceUsage, cordon: frozenset[str]) -> str | None:
-    """The request-independent first failure of a device for a pod without filters."""
-    if not d.health:
-        return Reason.CARD_NOT_HEALTH
-    if d.id in cordon:
-        return Reason.CARD_CORDONED
-    if d.count <= u.used:
-        return Reason.CARD_TIME_SLICING_EXHAUSTED
-    return None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeState:
-    """One node as the scheduler sees it: devices, per-device usage (aligned), node annotations."""
-
-    name: NodeName
-    devices: tuple[DeviceInfo, ...]
-    usage: tuple[DeviceUsage, ...] = ()
-    """Aligned with ``devices``; empty means every device is idle."""
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    derived: _Derived = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        usage = self.usage or tuple(_IDLE for _ in self.devices)
-        if len(usage) != len(self.devices):
-            raise ValueError(f"node {self.name}: {len(usage)} usage entries for {len(self.devices)} devices")
-        object.__setattr__(self, "usage", usage)
-        object.__setattr__(self, "derived", _Derived(self.devices, usage, self.annotations))
-
-    @classmethod
-    def from_usage(
-        cls,
-        name: str,
-        devices: Iterable[DeviceInfo],
-        usage: Mapping[DeviceUUID, DeviceUsage],
-        annotations: Mapping[str, str] | None = None,
-    ) -> NodeState:
-        devs = tuple(devices)
-        return cls(
-            name=NodeName(name),
-            devices=devs,
-            usage=tuple(usage.get(d.id, _IDLE) for d in devs),
-            annotations=dict(annotations or {}),
-        )
-
-    def usage_map(self) -> dict[DeviceUUID, DeviceUsage]:
-        return {d.id: u for d, u in zip(self.devices, self.usage, strict=True)}
-
-    def with_pod(self, devices: PodDevices, init_count: int = 0) -> NodeState:
-        return NodeState.from_usage(
-            self.name, self.devices, apply(self.usage_map(), devices, init_count), self.annotations
-        )
-
-    def without_pod(self, devices: PodDevices, init_count: int = 0) -> NodeState:
-        return NodeState.from_usage(
-            self.name, self.devices, release(self.usage_map(), devices, init_count), self.annotations
-        )
-
-
-def apply(
-    usage: Mapping[DeviceUUID, DeviceUsage], devices: PodDevices, init_count: int = 0, sign: int = 1
-) -> dict[DeviceUUID, DeviceUsage]:
-    """Per-device usage with a pod's collapsed contribution added (``sign=-1`` subtracts, floored at 0)."""
-    out = dict(usage)
-    for uuid, add in ann.collapse_usage(devices, init_count).items():
-        cur = out.get(uuid, _IDLE)
-        out[uuid] = DeviceUsage(
-            used=max(cur.used + sign * add.used, 0),
-            usedmem=max(cur.usedmem + sign * add.usedmem, 0),
-            usedcores=max(cur.usedcores + sign * add.usedcores, 0),
-        )
-    return out
-
-
-def release(
-    usage: Mapping[DeviceUUID, DeviceUsage], devices: PodDevices, init_count: int = 0
-) -> dict[DeviceUUID, DeviceUsage]:
-    """Per-device usage with a pod's collapsed contribution taken away."""
-    return apply(usage, devices, init_count, sign=-1)
 
 
 # --- the pod side, prepared once per call ------------------------------------------------------
@@ -283,7 +165,7 @@ class _Pod:
         self.quota = quota
         self.simple = self._simple_key()
 
-    def _simple_key(self) -> tuple[int, int, int, int] | None:
+    def _simple_key(self) -> ShapeKey | None:
         gpu = [c for c in self.containers if c.request is not None]
         if (
             len(gpu) != 1
@@ -298,15 +180,9 @@ class _Pod:
             or self.nouse_uuids
             or self.mode is not None
             or gpu[0].request is None
-            or gpu[0].request.type != NVIDIA
         ):
             return None
-        r = gpu[0].request
-        key = (r.nums, r.memreq, r.mempercentagereq, min(r.coresreq, 100))
-        # one canonical tuple per request shape: memo lookups then hit on identity, not element compares
-        if len(_KEYS) > 4096:
-            _KEYS.clear()
-        return _KEYS.setdefault(key, key)
+        return shape_key(gpu[0].request)
 
     def type_ok(self, d: DeviceInfo, req: ContainerRequest) -> bool:
         if any(type_matches(t, d.type) for t in self.nouse_types):
@@ -487,67 +363,6 @@ def _fit_node(node: NodeState, p: _Pod) -> NodeFit:
     return NodeFit(node=node.name, fit=True, score=score, devices=tuple(slots))
 
 
-# --- the exact shortcut for single-container pods without filters ------------------------------
-
-
-def _simple_fit(d: _Derived, n: int, m: int, pct: int, c: int) -> bool:
-    if n > len(d.nv) or n > len(d.avail):
-        return False
-    fixed = m > 0 or pct == PERCENT_UNSET
-    if fixed and d.max_free < m:
-        return False
-    if not fixed and pct == 100 and d.n_memfree < n:
-        return False
-    count = 0
-    for free_mem, free_cores, used, devcore, devmem in d.avail:
-        need = m if fixed else devmem * pct // 100
-        if free_mem < need:
-            if fixed:
-                break  # avail is sorted by free memory, descending
-            continue
-        if (
-            free_cores < c
-            or (c == 100 and devcore == 100 and used)
-            or (c == 0 and devcore and not free_cores)
-        ):
-            continue
-        count += 1
-        if count == n:
-            return True
-    return False
-
-
-def _simple_reasons(d: _Derived, n: int, m: int, pct: int, c: int) -> dict[str, int]:
-    """Exact reason counts for a failed single-container pod (every device gets scanned on failure)."""
-    if n > len(d.nv):
-        return {Reason.NODE_INSUFFICIENT_DEVICE: 1}
-    out = dict(d.fixed)
-    taken = 0
-    fixed = m > 0 or pct == PERCENT_UNSET
-    for free_mem, free_cores, used, devcore, devmem in d.avail:
-        if free_mem < (m if fixed else devmem * pct // 100):
-            why: str | None = Reason.CARD_INSUFFICIENT_MEMORY
-        elif free_cores < c:
-            why = Reason.CARD_INSUFFICIENT_CORE
-        elif c == 100 and devcore == 100 and used:
-            why = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-        elif c == 0 and devcore and not free_cores:
-            why = Reason.CARD_COMPUTE_UNITS_EXHAUSTED
-        else:
-            why, taken = None, taken + 1
-        if why is not None:
-            out[why] = out.get(why, 0) + 1
-    if taken:
-        out[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = taken
-    return out
-
-
-def _memo(d: _Derived) -> dict[object, object]:
-    if len(d.memo) >= _MEMO_LIMIT:
-        d.memo.clear()
-    return d.memo
-
-
 # --- API -----------------------------------------------------------------------------------------
 
 
@@ -603,11 +418,11 @@ def _failed_fit(node: NodeState, p: _Pod) -> NodeFit:
     key = ("failed", p.simple)
     nf = d.memo.get(key)
     if not isinstance(nf, NodeFit):
-        reasons = _simple_reasons(d, *p.simple)
+        reasons = simple_reasons(d.free, *p.simple)
         nf = NodeFit(
             node=node.name, fit=False, score=d.score, reason=gen_reason(reasons, len(d.nv)), reasons=reasons
         )
-        _memo(d)[key] = nf
+        remember(d.memo, key, nf)
     return nf
 
 
@@ -633,17 +448,21 @@ def filter_nodes(
         if key is None or d.has_mig:
             nf = _fit_node(node, p)
             if nf.fit:
-                fits.append((node.name, d.score))
+                fits.append(d.entry)
             else:
                 exact[node.name] = nf
                 failed.append(node)
             continue
-        ok = d.memo.get(key)
+        memo = d.memo
+        ok = memo.get(key)
         if ok is None:
-            ok = _simple_fit(d, *key)
-            _memo(d)[key] = ok
+            ok = simple_fit(d.free, *key)
+            # remember() inlined: this miss runs once per node on the cold path
+            if len(memo) >= MEMO_LIMIT:
+                memo.clear()
+            memo[key] = ok
         if ok:
-            fits.append((node.name, d.score))
+            fits.append(d.entry)
         else:
             failed.append(node)
     best: NodeFit | None = None

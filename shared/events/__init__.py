@@ -5,7 +5,7 @@ Subjects are ``gpubus.<family>.<verb>.<node>`` (``_`` when no node applies), so
 """
 
 from shared.events.admission import PodAdmitted, PodRejected
-from shared.events.base import NO_NODE, SUBJECT_ROOT, Event, subject_for
+from shared.events.base import NO_NODE, SUBJECT_ROOT, Event, node_token, subject_for
 from shared.events.devices import DeviceHealth, Inventory
 from shared.events.scheduling import (
     AllocationApplied,
@@ -55,5 +55,6 @@ __all__ = [
     "PodUnschedulable",
     "Usage",
     "UsageOverLimit",
+    "node_token",
     "subject_for",
 ]

@@ -33,9 +33,15 @@ class Event:
     """The node the event concerns, last subject token; empty means none."""
 
 
-def subject_for(event: Event) -> str:
-    """``gpubus.<family>.<verb>.<node>`` with characters NATS would split on replaced."""
-    node = event.node or NO_NODE
+def node_token(node: str) -> str:
+    """A node name as one subject token: ``.``, space, ``*``, ``>`` (NATS splits or matches on them)
+    become ``_``; an empty name is :data:`NO_NODE`. Subscribers build their filters with it."""
+    node = node or NO_NODE
     if "." in node or " " in node or "*" in node or ">" in node:
         node = node.replace(".", "_").replace(" ", "_").replace("*", "_").replace(">", "_")
-    return f"{SUBJECT_ROOT}.{event.KIND}.{node}"
+    return node
+
+
+def subject_for(event: Event) -> str:
+    """``gpubus.<family>.<verb>.<node>`` with the node as :func:`node_token` writes it."""
+    return f"{SUBJECT_ROOT}.{event.KIND}.{node_token(event.node)}"

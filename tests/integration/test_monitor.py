@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,12 +19,8 @@ import aiohttp
 import msgpack
 import pytest_asyncio
 from asyncwait import wait_until
+from monitor_builders import GPU0, GPU1, allocation, promtool_check
 from prometheus_client.exposition import generate_latest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-
-from test_monitor_metrics import promtool_check
-from test_monitor_sources import GPU0, GPU1, allocation
 
 from services.monitor.app import MonitorApp
 from services.monitor.ledger import MIB

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from test_admission_support import apply_patch, container, env_of, limits_of, mutated, pod, request, run
+from admission_builders import apply_patch, container, env_of, limits_of, mutated, pod, request, run
 
 from services.webhook import jsonpatch
 from services.webhook.admission import AdmissionSettings, GpuCorePolicy, Outcome, admit

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from admission_builders import apply_patch, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_admission_support import apply_patch, run
 
 from services.webhook.admission import AdmissionSettings, GpuCorePolicy
 from shared.requests import ResourceNames

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_admission_support import container, mutated, pod, run
+from admission_builders import container, mutated, pod, run
 
 from services.webhook.admission import AdmissionSettings, GpuCorePolicy, Outcome
 

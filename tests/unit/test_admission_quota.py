@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_admission_support import container, pod, run
+from admission_builders import container, pod, run
 
 from services.webhook.admission import QUOTA_UNKNOWN_WARNING, AdmissionSettings, Outcome
 from services.webhook.quota import QuotaLimit, QuotaView

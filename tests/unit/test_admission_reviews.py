@@ -11,7 +11,7 @@ import base64
 
 import orjson
 import pytest
-from test_admission_support import container, pod, request, run
+from admission_builders import container, pod, request, run
 
 from services.webhook.errors import BadRequestKind, BadReview
 from services.webhook.events import event_for

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from test_monitor_sources import GPU0, GPU1, UID_A, UID_B, allocation
+from monitor_builders import GPU0, GPU1, UID_A, UID_B, ScriptedSource, allocation, monitor_with
 
 from services.monitor import accounting
 from services.monitor.cleanup import CacheDir, stale_dirs
 from services.monitor.errors import SourceUnavailable
-from services.monitor.ledger import MIB, Ledger
+from services.monitor.ledger import MIB
 from services.monitor.monitor import Monitor, MonitorOptions
 from services.monitor.readings import (
     ContainerReading,
@@ -27,25 +27,8 @@ from services.monitor.readings import (
     HostReading,
     SourceReading,
 )
-from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, Usage, UsageOverLimit
+from shared.events import AllocationDecided, AllocationReleased, Inventory, Usage, UsageOverLimit
 from shared.model import DeviceInfo, DeviceUUID
-
-
-class ScriptedSource:
-    """A usage source at our port that returns what the test sets (or raises)."""
-
-    def __init__(self, name: str = "scripted") -> None:
-        self.name = name
-        self.reading = SourceReading()
-        self.error: Exception | None = None
-
-    def collect(self, ledger: Ledger, now: float) -> SourceReading:
-        if self.error is not None:
-            raise self.error
-        return self.reading
-
-    def close(self) -> None:
-        pass
 
 
 def used(uid: str, container: str, *devs: tuple[str, int]) -> ContainerReading:
@@ -56,25 +39,6 @@ def used(uid: str, container: str, *devs: tuple[str, int]) -> ContainerReading:
             DeviceReading(uuid=u, vindex=i, used_bytes=b, limit_bytes=999) for i, (u, b) in enumerate(devs)
         ),
     )
-
-
-def monitor_with(
-    *sources: ScriptedSource, publish_interval_s: float = 10.0, max_containers: int = 256
-) -> tuple[Monitor, list[Event]]:
-    sent: list[Event] = []
-    m = Monitor(
-        "n1",
-        sources,
-        sent.append,
-        MonitorOptions(publish_interval_s=publish_interval_s, max_containers_per_event=max_containers),
-    )
-    m.ledger.replace_all(
-        [
-            allocation(UID_A, "train", [[(GPU0, 1000, 30), (GPU1, 1000, 30)]]),
-            allocation(UID_B, "infer", [[(GPU0, 500, 10)]]),
-        ]
-    )
-    return m, sent
 
 
 # -- ledger ----------------------------------------------------------------------------------

@@ -9,16 +9,9 @@ hami_build_info; legacy {off: absent, on: HAMi's pre-v2.9 names and labels}; own
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
-import pytest
+from monitor_builders import GPU0, UID_A, ScriptedSource, monitor_with, promtool_check
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from test_monitor_core import ScriptedSource, monitor_with
-from test_monitor_sources import GPU0, UID_A
 
 from services.monitor.metrics import BuildInfo, MonitorCollector, make_registry
 from services.monitor.monitor import Monitor
@@ -31,7 +24,6 @@ from services.monitor.readings import (
     SourceReading,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 NOW = 1_700_000_100.0
 
 
@@ -189,31 +181,6 @@ def test_no_created_series_and_no_process_metrics() -> None:
 
 
 # -- promtool --------------------------------------------------------------------------------
-
-
-def promtool() -> str:
-    """promtool from $GPUBUS_PROMTOOL, PATH, or scripts/get-promtool (Debian's prometheus package)."""
-    explicit = os.environ.get("GPUBUS_PROMTOOL")
-    if explicit:
-        return explicit
-    found = shutil.which("promtool")
-    if found:
-        return found
-    try:
-        done = subprocess.run(
-            [str(REPO / "scripts" / "get-promtool")], capture_output=True, text=True, timeout=120, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"promtool unavailable: scripts/get-promtool could not run: {e}")
-    if done.returncode != 0:
-        pytest.skip(f"promtool unavailable: scripts/get-promtool failed: {done.stderr.strip()[-300:]}")
-    return done.stdout.strip().splitlines()[-1]
-
-
-def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def test_promtool_accepts_the_exposition() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from monitor_builders import GPU0, GPU1, UID_A, UID_B, allocation
 
 from services.monitor.cgroup import ProcCgroups
 from services.monitor.errors import SourceUnavailable
@@ -30,38 +31,7 @@ from services.monitor.region_writer import (
 from services.monitor.sources.hamicore import HamiCoreSource
 from services.monitor.sources.nvml import NvmlDevice, NvmlProcess, NvmlSource, device_type
 from services.monitor.sources.sim import SimSource
-from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
-
-GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
-GPU1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
-UID_A = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
-UID_B = "1f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
-
-
-def allocation(
-    uid: str,
-    name: str,
-    slots: Sequence[Sequence[tuple[str, int, int]]],
-    *,
-    containers: Sequence[str] = ("main",),
-    node: str = "n1",
-    state: AllocationState = AllocationState.APPLIED,
-) -> Allocation:
-    return Allocation(
-        pod_uid=PodUID(uid),
-        namespace="team",
-        name=name,
-        node=NodeName(node),
-        state=state,
-        containers=tuple(containers),
-        devices=tuple(
-            tuple(
-                ContainerDevice(uuid=DeviceUUID(u), usedmem=mem, usedcores=cores, idx=i)
-                for i, (u, mem, cores) in enumerate(slot)
-            )
-            for slot in slots
-        ),
-    )
+from shared.model import AllocationState
 
 
 def write_cache(root: Path, dirname: str, used: int, version: int = 1, limit: int = 1000 * MIB) -> Path:

@@ -1,0 +1,105 @@
+"""RFC 6902 JSON Patch and RFC 7386 merge patch as the simulated API server applies them.
+
+Case matrix: add (object member, whole map, array index, ``-``, escaped ``~1``/``~0`` keys),
+replace, remove, test (pass/fail), move, copy; failures (missing parent, bad index, missing value,
+unknown op, non-array patch) raise PatchError and leave the input untouched; merge patch
+(nested merge, null deletes, scalars and arrays replace, input never mutated).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.sim.errors import PatchError
+from services.sim.jsonpatch import apply_json_patch, merge_patch, parse_pointer
+
+POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1"}},
+                       "spec": {"containers": [{"name": "c0"}, {"name": "c1"}]}}
+
+
+@pytest.mark.parametrize(("ops", "expected"), [
+    ([{"op": "add", "path": "/metadata/annotations", "value": {"x": "1"}}],
+     {**POD, "metadata": {**POD["metadata"], "annotations": {"x": "1"}}}),
+    ([{"op": "add", "path": "/metadata/labels/hami.io~1vgpu", "value": "y"}],
+     {**POD, "metadata": {"name": "p", "labels": {"a": "1", "hami.io/vgpu": "y"}}}),
+    ([{"op": "add", "path": "/metadata/labels/t~0k", "value": "z"}],
+     {**POD, "metadata": {"name": "p", "labels": {"a": "1", "t~k": "z"}}}),
+    ([{"op": "add", "path": "/spec/containers/-", "value": {"name": "c2"}}],
+     {**POD, "spec": {"containers": [{"name": "c0"}, {"name": "c1"}, {"name": "c2"}]}}),
+    ([{"op": "add", "path": "/spec/containers/0", "value": {"name": "first"}}],
+     {**POD, "spec": {"containers": [{"name": "first"}, {"name": "c0"}, {"name": "c1"}]}}),
+    ([{"op": "replace", "path": "/metadata/name", "value": "q"}],
+     {**POD, "metadata": {"name": "q", "labels": {"a": "1"}}}),
+    ([{"op": "remove", "path": "/spec/containers/1"}], {**POD, "spec": {"containers": [{"name": "c0"}]}}),
+    ([{"op": "test", "path": "/metadata/name", "value": "p"}, {"op": "remove", "path": "/metadata/labels"}],
+     {**POD, "metadata": {"name": "p"}}),
+    ([{"op": "move", "from": "/metadata/labels", "path": "/metadata/annotations"}],
+     {**POD, "metadata": {"name": "p", "annotations": {"a": "1"}}}),
+    ([{"op": "copy", "from": "/metadata/labels", "path": "/metadata/annotations"}],
+     {**POD, "metadata": {"name": "p", "labels": {"a": "1"}, "annotations": {"a": "1"}}}),
+], ids=["add-map", "add-escaped-slash", "add-escaped-tilde", "append", "insert", "replace", "remove",
+        "test-then-remove", "move", "copy"])
+def test_operations_produce_the_rfc_result(ops: list[dict[str, Any]], expected: dict[str, Any]) -> None:
+    before = copy.deepcopy(POD)
+    assert apply_json_patch(POD, ops) == expected
+    assert before == POD
+
+
+@pytest.mark.parametrize("ops", [
+    [{"op": "add", "path": "/metadata/annotations/x", "value": "1"}],
+    [{"op": "replace", "path": "/spec/nodeName", "value": "n"}],
+    [{"op": "remove", "path": "/spec/containers/5"}],
+    [{"op": "add", "path": "/spec/containers/01", "value": {}}],
+    [{"op": "test", "path": "/metadata/name", "value": "other"}],
+    [{"op": "add", "path": "/metadata/x"}],
+    [{"op": "frobnicate", "path": "/x", "value": 1}],
+    [{"op": "add", "path": "no-slash", "value": 1}],
+    [{"op": "move", "path": "/a"}],
+    ["not an object"],
+], ids=["missing-parent", "replace-missing", "index-out-of-range", "leading-zero", "test-fails", "no-value",
+        "unknown-op", "bad-pointer", "move-without-from", "not-an-op"])
+def test_invalid_operations_raise_and_leave_the_input_alone(ops: list[Any]) -> None:
+    before = copy.deepcopy(POD)
+    with pytest.raises(PatchError):
+        apply_json_patch(POD, ops)
+    assert before == POD
+
+
+def test_a_patch_must_be_an_array() -> None:
+    with pytest.raises(PatchError, match="array"):
+        apply_json_patch(POD, {"op": "add"})
+
+
+def test_pointer_unescapes_in_rfc_order() -> None:
+    assert parse_pointer("/a~1b/c~0d/~01") == ["a/b", "c~d", "~1"]
+    assert parse_pointer("") == []
+
+
+def test_merge_patch_merges_deletes_and_replaces() -> None:
+    target = {"metadata": {"annotations": {"keep": "1", "drop": "2"}}, "spec": {"list": [1, 2]}, "x": 1}
+    patch = {"metadata": {"annotations": {"drop": None, "new": "3"}}, "spec": {"list": [3]}, "x": {"y": None}}
+    assert merge_patch(target, patch) == {"metadata": {"annotations": {"keep": "1", "new": "3"}},
+                                          "spec": {"list": [3]}, "x": {}}
+    assert target["metadata"]["annotations"] == {"keep": "1", "drop": "2"}
+
+
+def test_merge_patch_shares_untouched_subtrees() -> None:
+    target = {"spec": {"big": {"k": "v"}}, "metadata": {"name": "a"}}
+    result = merge_patch(target, {"metadata": {"labels": {"a": "b"}}})
+    assert result["spec"] is target["spec"]
+
+
+json_values = st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                           lambda inner: st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                           max_leaves=8)
+
+
+@given(st.dictionaries(st.text(max_size=3), json_values, max_size=4))
+def test_merge_patch_with_itself_is_idempotent(doc: dict[str, Any]) -> None:
+    once = merge_patch({}, doc)
+    assert merge_patch(once, doc) == once

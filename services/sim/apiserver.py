@@ -1,0 +1,215 @@
+"""The Kubernetes API server stand-in: real REST paths over aiohttp, for tests, demos and benchmarks.
+
+Serves what gpubus and its simulated cluster use — pods (with the ``binding`` and ``status``
+subresources), nodes (with ``status``), namespaces, resourcequotas, list/watch with field and
+label selectors, resourceVersion conflicts and 410, merge/JSON patches, a mutating webhook chain
+on pod CREATE — plus enough discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``) and
+server-side Table printing for ``kubectl get pods,nodes`` with the written kubeconfig.
+
+Usage::
+
+    async with SimApiServer(webhooks=[WebhookConfig(name=..., url=..., ca_bundle=pem)]) as api:
+        path = api.write_kubeconfig(tmp / "kubeconfig")
+        kube = await KubeClient.from_kubeconfig(path)
+
+Plain HTTP with a dummy bearer token (no authn/authz, no TLS): it is a local harness.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from services.sim.admission import AdmissionChain, WebhookConfig
+from services.sim.errors import ApiError
+from services.sim.handlers import KINDS, NAMESPACED, ResourceHandlers, WatchSettings, json_response
+from services.sim.objects import finish_create
+from services.sim.store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_SHORT_NAMES = {"pods": ["po"], "nodes": ["no"], "namespaces": ["ns"], "resourcequotas": ["quota"]}
+_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+def _discovery_v1() -> dict[str, Any]:
+    resources: list[dict[str, Any]] = []
+    for resource, kind in KINDS.items():
+        resources.append({"name": resource, "singularName": kind.lower(),
+                          "namespaced": resource in NAMESPACED, "kind": kind, "verbs": _VERBS,
+                          "shortNames": _SHORT_NAMES[resource]})
+    for sub, kind, verbs in (("pods/binding", "Binding", ["create"]), ("pods/status", "Pod", ["get", "patch",
+                             "update"]), ("nodes/status", "Node", ["get", "patch", "update"])):
+        resources.append({"name": sub, "singularName": "", "namespaced": sub.startswith("pods"), "kind": kind,
+                          "verbs": verbs})
+    resources.append({"name": "bindings", "singularName": "binding", "namespaced": True, "kind": "Binding",
+                      "verbs": ["create"]})
+    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": resources}
+
+
+@web.middleware
+async def _status_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The one place where ``ApiError`` becomes an HTTP status with a ``metav1.Status`` body."""
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return json_response(e.status(), status=e.code)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        reason = "NotFound" if e.status == 404 else "MethodNotAllowed" if e.status == 405 else "BadRequest"
+        return json_response(ApiError(e.status, reason, e.reason).status(), status=e.status)
+
+
+class SimApiServer:
+    """A running API server stand-in; ``start()``/``stop()`` or ``async with``."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        webhooks: list[WebhookConfig] | None = None,
+        namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
+        history_limit: int = 20_000,
+        watch: WatchSettings | None = None,
+    ) -> None:
+        self.host, self.port = host, port
+        self.store = Store(history_limit=history_limit)
+        self.admission = AdmissionChain(webhooks)
+        self.handlers = ResourceHandlers(self.store, self.admission, watch or WatchSettings())
+        self._runner: web.AppRunner | None = None
+        for name in namespaces:
+            self.store.create("namespaces", _namespace(name))
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_status_errors], client_max_size=3 * 1024 * 1024)
+        add_routes(app.router, self.handlers, self)
+        return app
+
+    async def start(self) -> None:
+        """Listen (again: a stopped server restarts on the same port with its objects kept)."""
+        self.handlers.resume()
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        if self.port == 0:
+            self.port = int(self._runner.addresses[0][1])
+        log.info("simulated API server listening on %s", self.url)
+
+    async def stop(self) -> None:
+        self.handlers.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.admission.close()
+
+    async def __aenter__(self) -> SimApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def add_webhook(self, webhook: WebhookConfig) -> None:
+        self.admission.add(webhook)
+
+    def kubeconfig(self, *, context: str = "gpubus-sim") -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": {"server": self.url}}],
+            "users": [{"name": context, "user": {"token": "gpubus-sim"}}],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": context,
+                                                       "namespace": "default"}}],
+            "current-context": context,
+        }
+
+    def write_kubeconfig(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    ns = finish_create("namespaces", {"metadata": {"name": name}}, "Namespace")
+    ns["metadata"]["labels"] = {"kubernetes.io/metadata.name": name}
+    ns["status"] = {"phase": "Active"}
+    return ns
+
+
+def add_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiServer) -> None:
+    """Every path the stand-in serves. Literal subresource paths are registered first."""
+
+    async def version(_: web.Request) -> web.Response:
+        return json_response({"major": "1", "minor": "33", "gitVersion": "v1.33.0-gpubus-sim",
+                              "platform": "linux/amd64"})
+
+    async def api_versions(_: web.Request) -> web.Response:
+        return json_response({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{server.host}:{server.port}"}]})
+
+    async def api_groups(_: web.Request) -> web.Response:
+        return json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})
+
+    async def api_v1(_: web.Request) -> web.Response:
+        return json_response(_discovery_v1())
+
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    for path, handler in (("/version", version), ("/api", api_versions), ("/apis", api_groups),
+                          ("/api/v1", api_v1), ("/healthz", ok), ("/readyz", ok), ("/livez", ok)):
+        router.add_get(path, handler)
+
+    ns_item = "/api/v1/namespaces/{ns}/pods/{name}"
+    router.add_post(ns_item + "/binding", h.route(h.bind, "pods"))
+    router.add_post("/api/v1/namespaces/{ns}/bindings", h.route(h.bind, "pods"))
+    for resource, base in (("pods", ns_item), ("nodes", "/api/v1/nodes/{name}")):
+        router.add_get(base + "/status", h.route(h.get, resource))
+        router.add_put(base + "/status", h.route(h.replace_status, resource))
+        router.add_patch(base + "/status", h.route(h.patch_status, resource))
+    for resource in KINDS:
+        if resource in NAMESPACED:
+            collection = f"/api/v1/namespaces/{{ns}}/{resource}"
+            item = collection + "/{name}"
+            router.add_get(f"/api/v1/{resource}", h.route(h.list_or_watch, resource))
+        else:
+            collection, item = f"/api/v1/{resource}", f"/api/v1/{resource}/{{name}}"
+        router.add_get(collection, h.route(h.list_or_watch, resource))
+        router.add_post(collection, h.route(h.create, resource))
+        router.add_delete(collection, h.route(h.delete_collection, resource))
+        router.add_get(item, h.route(h.get, resource))
+        router.add_put(item, h.route(h.replace, resource))
+        router.add_patch(item, h.route(h.patch, resource))
+        router.add_delete(item, h.route(h.delete, resource))
+
+
+async def start_apiserver(
+    kubeconfig_path: str | Path | None = None, **settings: Any
+) -> tuple[str, Path, SimApiServer]:
+    """Start a ``SimApiServer`` and write its kubeconfig (to a temp dir unless a path is given)."""
+    server = SimApiServer(**settings)
+    await server.start()
+    if kubeconfig_path is None:
+        kubeconfig_path = Path(tempfile.mkdtemp(prefix="gpubus-sim-")) / "kubeconfig"
+    return server.url, server.write_kubeconfig(kubeconfig_path), server

@@ -1,0 +1,311 @@
+"""The REST verbs of the simulated API server for pods, nodes, namespaces and resourcequotas.
+
+Each handler decodes the request, calls the store and the pure object rules, and renders JSON;
+errors are ``ApiError`` and become a ``Status`` in the server's middleware. Watches stream
+newline-delimited events from a store ``Watcher`` with bookmarks and the server-side timeout.
+Strategic-merge patches are applied as JSON merge patches (lists are replaced, not merged by key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from services.sim import objects
+from services.sim.admission import AdmissionChain
+from services.sim.errors import ApiError, PatchError
+from services.sim.jsonpatch import apply_json_patch, merge_patch
+from services.sim.store import Obj, Store, event_line
+from services.sim.tables import as_table, wants_table
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Verb = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
+
+KINDS = {"pods": "Pod", "nodes": "Node", "namespaces": "Namespace", "resourcequotas": "ResourceQuota"}
+NAMESPACED = frozenset({"pods", "resourcequotas"})
+_SUCCESS_201 = orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                             "code": 201})
+_MERGE_TYPES = frozenset({"application/merge-patch+json", "application/strategic-merge-patch+json"})
+_IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp")
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+async def read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ApiError.bad_request(f"the request body is not valid JSON: {e}") from e
+
+
+def read_object(body: Any, kind: str) -> Obj:
+    if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
+        raise ApiError.bad_request(f"expected a {kind} object")
+    if body.get("kind") not in (None, "", kind):
+        raise ApiError.bad_request(f"expected kind {kind}, got {body.get('kind')!r}")
+    body.setdefault("metadata", {})
+    return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchSettings:
+    bookmark_interval_s: float = 5.0
+    """How often an idle watch that allowed bookmarks gets a BOOKMARK (a real server: ~1 min)."""
+    default_timeout_s: float = 1800.0
+    max_timeout_s: float = 3600.0
+    gone_as_http: bool = False
+    """410 for a too-old rv as an HTTP status (True) or as a 200 stream with an ERROR event (False)."""
+
+
+class ResourceHandlers:
+    """The verbs, parameterised by resource; ``route(verb, resource)`` makes an aiohttp handler."""
+
+    def __init__(self, store: Store, admission: AdmissionChain, watch: WatchSettings) -> None:
+        self.store, self.admission, self.watch_settings = store, admission, watch
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.store.close_all_watches()
+
+    def resume(self) -> None:
+        self._stopping.clear()
+
+    def route(self, verb: Verb, resource: str) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await verb(request, resource)
+
+        return handler
+
+    @staticmethod
+    def _ns(request: web.Request, resource: str) -> str:
+        return request.match_info.get("ns", "") if resource in NAMESPACED else ""
+
+    # collection verbs -----------------------------------------------------------
+
+    async def list_or_watch(self, request: web.Request, resource: str) -> web.StreamResponse:
+        q = request.query
+        namespace = request.match_info.get("ns")
+        if q.get("watch") in ("1", "true", "True"):
+            return await self._watch(request, resource, namespace)
+        items, rv = self.store.list(resource, namespace, q.get("fieldSelector"), q.get("labelSelector"))
+        if resource == "resourcequotas":
+            items = [self._quota_with_status(quota) for quota in items]
+        if wants_table(request.headers.get("Accept", "")):
+            return json_response(as_table(resource, items, rv))
+        return json_response({"kind": f"{KINDS[resource]}List", "apiVersion": "v1",
+                              "metadata": {"resourceVersion": rv}, "items": items})
+
+    async def create(self, request: web.Request, resource: str) -> web.StreamResponse:
+        namespace = self._ns(request, resource)
+        obj = read_object(await read_json(request), KINDS[resource])
+        if resource == "pods":
+            obj = await self._admit_pod(obj, namespace)
+        else:
+            if resource in NAMESPACED:
+                self._namespace(namespace)
+                obj["metadata"]["namespace"] = namespace
+            obj = objects.finish_create(resource, obj, KINDS[resource])
+            if resource == "namespaces":
+                obj = _namespace_defaults(obj)
+        return json_response(self.store.create(resource, obj), status=201)
+
+    async def _admit_pod(self, pod: Obj, namespace: str) -> Obj:
+        ns_obj = self._namespace(namespace)
+        pod = objects.default_pod(pod, namespace)
+        ns_labels = ns_obj["metadata"].get("labels") or {}
+        pod = await self.admission.admit(pod, namespace, ns_labels)
+        pod["metadata"]["namespace"] = namespace
+        objects.validate_pod(pod)
+        pod = objects.new_pod_status(objects.finish_create("pods", pod, "Pod"))
+        quotas = list(self.store.items("resourcequotas", namespace))
+        if quotas:
+            objects.check_quotas(pod, quotas, list(self.store.items("pods", namespace)))
+        return pod
+
+    def _namespace(self, namespace: str) -> Obj:
+        found = self.store.find("namespaces", "", namespace)
+        if found is None:
+            raise ApiError.not_found("namespaces", namespace)
+        return found
+
+    # item verbs ---------------------------------------------------------------------
+
+    async def get(self, request: web.Request, resource: str) -> web.StreamResponse:
+        obj = self.store.get(resource, self._ns(request, resource), request.match_info["name"])
+        if resource == "resourcequotas":
+            obj = self._quota_with_status(obj)
+        if wants_table(request.headers.get("Accept", "")):
+            return json_response(as_table(resource, [obj], obj["metadata"]["resourceVersion"]))
+        return json_response(obj)
+
+    async def replace(self, request: web.Request, resource: str) -> web.StreamResponse:
+        return await self._write(request, resource, status_only=False, patch=False)
+
+    async def replace_status(self, request: web.Request, resource: str) -> web.StreamResponse:
+        return await self._write(request, resource, status_only=True, patch=False)
+
+    async def patch(self, request: web.Request, resource: str) -> web.StreamResponse:
+        return await self._write(request, resource, status_only=False, patch=True)
+
+    async def patch_status(self, request: web.Request, resource: str) -> web.StreamResponse:
+        return await self._write(request, resource, status_only=True, patch=True)
+
+    async def _write(
+        self, request: web.Request, resource: str, *, status_only: bool, patch: bool
+    ) -> web.Response:
+        namespace, name = self._ns(request, resource), request.match_info["name"]
+        body = await read_json(request)
+        old = self.store.get(resource, namespace, name)
+        if patch:
+            new, expect_rv = _apply_patch(request.content_type, old, body)
+        else:
+            new = read_object(body, KINDS[resource])
+            expect_rv = new["metadata"].get("resourceVersion")
+        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+            raise ApiError.invalid(resource, name, "the patched object has no metadata")
+        new = _keep_identity(new, old)
+        if resource in ("pods", "nodes"):
+            new = objects.only_status(new, old) if status_only else objects.keep_status(new, old)
+        return json_response(self.store.update(resource, new, expect_rv=expect_rv))
+
+    async def delete(self, request: web.Request, resource: str) -> web.StreamResponse:
+        namespace, name = self._ns(request, resource), request.match_info["name"]
+        old = self.store.get(resource, namespace, name)
+        _check_preconditions(await _optional_json(request), old)
+        if resource == "namespaces":
+            for inner in ("pods", "resourcequotas"):
+                for obj in list(self.store.items(inner, name)):
+                    self.store.delete(inner, name, obj["metadata"]["name"])
+        return json_response(self.store.delete(resource, namespace, name))
+
+    async def delete_collection(self, request: web.Request, resource: str) -> web.StreamResponse:
+        q = request.query
+        items, _ = self.store.list(resource, request.match_info.get("ns"), q.get("fieldSelector"),
+                                   q.get("labelSelector"))
+        deleted = [self.store.delete(resource, o["metadata"].get("namespace", ""), o["metadata"]["name"])
+                   for o in items]
+        return json_response({"kind": f"{KINDS[resource]}List", "apiVersion": "v1",
+                              "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+
+    async def bind(self, request: web.Request, resource: str) -> web.StreamResponse:
+        binding = await read_json(request)
+        if not isinstance(binding, dict):
+            raise ApiError.bad_request("expected a Binding object")
+        namespace = request.match_info["ns"]
+        name = request.match_info.get("name") or (binding.get("metadata") or {}).get("name", "")
+        pod = self.store.get("pods", namespace, name)
+        self.store.update("pods", objects.bind(pod, binding))
+        return web.Response(body=_SUCCESS_201, status=201, content_type="application/json")
+
+    def _quota_with_status(self, quota: Obj) -> Obj:
+        pods = list(self.store.items("pods", quota["metadata"]["namespace"]))
+        return objects.with_quota_status(quota, pods)
+
+    # watch ----------------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
+        q, settings = request.query, self.watch_settings
+        try:
+            watcher = self.store.watch(resource, namespace, q.get("fieldSelector"), q.get("labelSelector"),
+                                       q.get("resourceVersion"))
+        except ApiError as e:
+            if e.code != 410 or settings.gone_as_http:
+                raise
+            return await _stream_error(request, e)
+        timeout = min(float(q.get("timeoutSeconds") or settings.default_timeout_s), settings.max_timeout_s)
+        bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True")
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            while not watcher.closed and not self._stopping.is_set():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, settings.bookmark_interval_s) if bookmarks else remaining
+                try:
+                    async with asyncio.timeout(wait):
+                        await watcher.ready.wait()
+                except TimeoutError:
+                    if bookmarks:
+                        watcher.push(_bookmark(resource, self.store.rv), self.store.rv)
+                batch = watcher.drain()
+                if batch:
+                    await response.write(b"".join(batch))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unwatch(watcher)
+        return response
+
+
+def _bookmark(resource: str, rv: int) -> bytes:
+    return event_line("BOOKMARK", {"kind": KINDS[resource], "apiVersion": "v1",
+                                   "metadata": {"resourceVersion": str(rv)}})
+
+
+async def _stream_error(request: web.Request, error: ApiError) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    await response.write(event_line("ERROR", error.status()))
+    await response.write_eof()
+    return response
+
+
+def _apply_patch(content_type: str, old: Obj, body: Any) -> tuple[Any, str | None]:
+    """The patched object and the resourceVersion the patch insists on (None: unconditional)."""
+    try:
+        if content_type in _MERGE_TYPES:
+            if not isinstance(body, dict):
+                raise ApiError.bad_request("a merge patch must be a JSON object")
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+            return merge_patch(old, body), rv
+        if content_type == "application/json-patch+json":
+            return apply_json_patch(old, body), None
+    except PatchError as e:
+        raise ApiError(422, "Invalid", f"the patch could not be applied: {e}") from e
+    raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                   "accepted media types include: application/json-patch+json, application/merge-patch+json, "
+                   f"application/strategic-merge-patch+json (got {content_type})")
+
+
+def _keep_identity(new: Obj, old: Obj) -> Obj:
+    old_meta = old["metadata"]
+    meta = {**new["metadata"], **{k: old_meta[k] for k in _IMMUTABLE_META if k in old_meta}}
+    return {**new, "metadata": meta, "apiVersion": old.get("apiVersion", "v1"), "kind": old.get("kind")}
+
+
+async def _optional_json(request: web.Request) -> Any:
+    return await read_json(request) if request.can_read_body else None
+
+
+def _check_preconditions(options: Any, old: Obj) -> None:
+    if not isinstance(options, dict):
+        return
+    pre = options.get("preconditions") or {}
+    name = old["metadata"]["name"]
+    if pre.get("uid") and pre["uid"] != old["metadata"].get("uid"):
+        raise ApiError.conflict("pods", name, f"Precondition failed: UID in precondition: {pre['uid']}")
+    if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
+        raise ApiError.conflict("pods", name, "Precondition failed: resourceVersion mismatch")
+
+
+def _namespace_defaults(ns: Obj) -> Obj:
+    name = ns["metadata"]["name"]
+    labels = {**(ns["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
+    return {**ns, "metadata": {**ns["metadata"], "labels": labels}, "status": {"phase": "Active"}}

@@ -1,0 +1,212 @@
+"""What the simulated API server does to objects besides storing them (pure; no I/O).
+
+Defaulting before admission (``schedulerName``, ``restartPolicy``...), system fields after it
+(name from ``generateName``, uid, creationTimestamp, phase Pending), minimal validation, the
+Binding rules of ``BindingREST.setPodNodeAndMetadata``, the status-subresource split (a main
+update keeps the old status, a status update keeps everything but status), and ResourceQuota
+usage. Quota ``status.used`` is computed when read, from the live (not Succeeded/Failed) pods of
+the namespace, for the resources named in ``spec.hard``; pod creation is refused with 403
+``exceeded quota`` when a pod would push a quota past ``hard`` (the ResourceQuota admission plugin).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from services.sim.errors import ApiError
+
+Obj = dict[str, Any]
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+#: The alphabet of apiserver's generateName suffixes (no vowels, no confusable characters).
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_name(resource: str, name: str) -> None:
+    if not name or len(name) > 253 or not _NAME.match(name):
+        raise ApiError.invalid(resource, name, f"metadata.name: Invalid value: {name!r}: a lowercase "
+                               "RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                               "'-' or '.'")
+
+
+def default_pod(pod: Obj, namespace: str) -> Obj:
+    """Shape and defaults applied before admission webhooks run (they see these values)."""
+    if not isinstance(pod.get("metadata"), dict) or not isinstance(pod.get("spec"), dict):
+        raise ApiError.bad_request("Pod must have metadata and spec objects")
+    meta, spec = pod["metadata"], pod["spec"]
+    body_ns = meta.get("namespace")
+    if body_ns and body_ns != namespace:
+        raise ApiError.bad_request("the namespace of the provided object does not match the namespace "
+                                   "sent on the request")
+    meta["namespace"] = namespace
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("priority", 0)
+    pod["apiVersion"], pod["kind"] = "v1", "Pod"
+    return pod
+
+
+def finish_create(resource: str, obj: Obj, kind: str) -> Obj:
+    """System fields set after admission (as ``BeforeCreate`` does): name, uid, timestamps."""
+    meta = obj["metadata"]
+    if not meta.get("name"):
+        prefix = meta.get("generateName")
+        if not prefix:
+            raise ApiError.invalid(resource, "", "metadata.name: Required value: name or generateName is "
+                                   "required")
+        meta["name"] = prefix[:58] + "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+    check_name(resource, meta["name"])
+    meta["uid"] = str(uuid.uuid4())
+    meta["creationTimestamp"] = now()
+    meta.pop("resourceVersion", None)
+    meta.pop("deletionTimestamp", None)
+    obj["apiVersion"], obj["kind"] = "v1", kind
+    return obj
+
+
+def validate_pod(pod: Obj) -> None:
+    containers = pod["spec"].get("containers")
+    name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
+    if not isinstance(containers, list) or not containers:
+        raise ApiError.invalid("pods", name, "spec.containers: Required value")
+    seen: set[str] = set()
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict) or not container.get("name") or not container.get("image"):
+            raise ApiError.invalid("pods", name, f"spec.containers[{i}]: name and image are required")
+        if container["name"] in seen:
+            raise ApiError.invalid("pods", name, f"spec.containers[{i}].name: Duplicate value")
+        seen.add(container["name"])
+
+
+def new_pod_status(pod: Obj) -> Obj:
+    return {**pod, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
+
+
+def bind(pod: Obj, binding: Obj) -> Obj:
+    """The pod after a Binding: ``spec.nodeName`` and the Binding's annotations, in one write."""
+    meta, name = pod["metadata"], pod["metadata"]["name"]
+    target = binding.get("target") or {}
+    node = target.get("name")
+    if not node:
+        raise ApiError.invalid("bindings", name, "target.name: Required value")
+    want_uid = (binding.get("metadata") or {}).get("uid")
+    if want_uid and want_uid != meta.get("uid"):
+        raise ApiError.conflict("pods", name, f"Precondition failed: UID in precondition: {want_uid}, "
+                                f"UID in object meta: {meta.get('uid')}")
+    if meta.get("deletionTimestamp"):
+        raise ApiError.conflict("pods", name, "pod is being deleted, cannot be assigned to a host")
+    if pod["spec"].get("nodeName"):
+        raise ApiError.conflict("pods", name, f"pod {name} is already assigned to node "
+                                f"\"{pod['spec']['nodeName']}\"")
+    if pod["spec"].get("schedulingGates"):
+        raise ApiError.conflict("pods", name, "pod has non-empty .spec.schedulingGates")
+    annotations = {**(meta.get("annotations") or {}), **((binding.get("metadata") or {}).get("annotations")
+                                                          or {})}
+    return {
+        **pod,
+        "metadata": {**meta, "annotations": annotations},
+        "spec": {**pod["spec"], "nodeName": node},
+        "status": _with_scheduled(pod.get("status") or {}),
+    }
+
+
+def _with_scheduled(status: Obj) -> Obj:
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+    conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": now()})
+    return {**status, "conditions": conditions}
+
+
+def keep_status(new: Obj, old: Obj) -> Obj:
+    """A main-resource update cannot change status (the status subresource owns it)."""
+    return {**new, "status": old.get("status", {})}
+
+
+def only_status(new: Obj, old: Obj) -> Obj:
+    """A status-subresource update changes status and nothing else."""
+    return {**old, "status": new.get("status", {})}
+
+
+# --------------------------------------------------------------------------- quantities and quota
+
+_SUFFIXES = {
+    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
+    "T": Decimal(10**12), "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([a-zA-Z]*)$")
+
+
+def parse_quantity(text: Any) -> Decimal:
+    m = _QUANTITY.match(str(text).strip())
+    if not m or m.group(2) not in _SUFFIXES:
+        raise ApiError.bad_request(f"quantities must match the regular expression: {text!r}")
+    try:
+        return Decimal(m.group(1)) * _SUFFIXES[m.group(2)]
+    except InvalidOperation as e:
+        raise ApiError.bad_request(f"invalid quantity {text!r}") from e
+
+
+def format_quantity(value: Decimal) -> str:
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def pod_usage(pod: Obj) -> dict[str, Decimal]:
+    """Requests of a pod as quota counts them: ``requests.X`` and bare ``X`` (limits stand in)."""
+    usage: dict[str, Decimal] = {}
+    for container in pod.get("spec", {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        amounts = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, quantity in amounts.items():
+            value = parse_quantity(quantity)
+            for key in (name, f"requests.{name}"):
+                usage[key] = usage.get(key, Decimal(0)) + value
+        for name, quantity in (resources.get("limits") or {}).items():
+            usage[f"limits.{name}"] = usage.get(f"limits.{name}", Decimal(0)) + parse_quantity(quantity)
+    usage["pods"] = Decimal(1)
+    return usage
+
+
+def quota_used(quota: Obj, pods: list[Obj]) -> dict[str, Decimal]:
+    hard = (quota.get("spec") or {}).get("hard") or {}
+    used = dict.fromkeys(hard, Decimal(0))
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in _TERMINAL:
+            continue
+        for key, value in pod_usage(pod).items():
+            if key in used:
+                used[key] += value
+    return used
+
+
+def with_quota_status(quota: Obj, pods: list[Obj]) -> Obj:
+    hard = (quota.get("spec") or {}).get("hard") or {}
+    used = {k: format_quantity(v) for k, v in quota_used(quota, pods).items()}
+    return {**quota, "status": {"hard": dict(hard), "used": used}}
+
+
+def check_quotas(pod: Obj, quotas: list[Obj], pods: list[Obj]) -> None:
+    """403 ``exceeded quota`` when admitting ``pod`` would exceed any quota's ``hard``."""
+    wanted = pod_usage(pod)
+    for quota in quotas:
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        used = quota_used(quota, pods)
+        for key, limit in hard.items():
+            if key in wanted and used[key] + wanted[key] > parse_quantity(limit):
+                name = quota["metadata"]["name"]
+                raise ApiError.forbidden(
+                    f'pods "{pod["metadata"].get("name") or pod["metadata"].get("generateName", "")}" is '
+                    f"forbidden: exceeded quota: {name}, requested: {key}={format_quantity(wanted[key])}, "
+                    f"used: {key}={format_quantity(used[key])}, limited: {key}={limit}")

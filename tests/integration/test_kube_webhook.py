@@ -1,0 +1,225 @@
+"""Pod CREATE through the SimApiServer's mutating webhook chain, with a real HTTPS webhook (trustme).
+
+Case matrix: the AdmissionReview the webhook receives (uid, kind, resource, operation, namespace,
+empty name with generateName, defaulted spec, no uid yet); a JSONPatch applied (annotation added,
+schedulerName replaced); a denial returned as the webhook's status; webhook down or answering
+garbage under failurePolicy Fail (create refused, clear message) and Ignore (created unchanged);
+a namespace labelled ``hami.io/webhook=ignore`` never sent; a wrong response uid refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trustme
+from aiohttp import web
+
+from services.sim.admission import WebhookConfig
+from services.sim.apiserver import SimApiServer
+from shared.kube import KubeClient, KubeRejected, KubeUnavailable
+from shared.kube_types import Pod
+
+Answer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def patching(ops: list[dict[str, Any]]) -> Answer:
+    def answer(request: dict[str, Any]) -> dict[str, Any]:
+        return {"uid": request["uid"], "allowed": True, "patchType": "JSONPatch",
+                "patch": base64.b64encode(orjson.dumps(ops)).decode()}
+    return answer
+
+
+ADD_ANNOTATION = patching([
+    {"op": "add", "path": "/metadata/annotations", "value": {"gpubus.io/admitted": "true"}},
+    {"op": "replace", "path": "/spec/schedulerName", "value": "gpubus-scheduler"},
+])
+
+
+@dataclass
+class Webhook:
+    url: str
+    ca_pem: bytes
+    answer: Answer = ADD_ANNOTATION
+    received: list[dict[str, Any]] = field(default_factory=list)
+    raw_reply: bytes | None = None
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+async def webhook(ca: trustme.CA) -> AsyncIterator[Webhook]:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(ctx)
+    hook = Webhook(url="", ca_pem=ca.cert_pem.bytes())
+
+    async def mutate(request: web.Request) -> web.Response:
+        review = await request.json()
+        hook.received.append(review)
+        if hook.raw_reply is not None:
+            return web.Response(body=hook.raw_reply, content_type="application/json")
+        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                  "response": hook.answer(review["request"])})
+
+    app = web.Application()
+    app.router.add_post("/mutate", mutate)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    hook.url = f"https://127.0.0.1:{runner.addresses[0][1]}/mutate"
+    yield hook
+    await runner.cleanup()
+
+
+async def cluster(tmp_path: Path, *webhooks: WebhookConfig) -> tuple[SimApiServer, KubeClient]:
+    api = SimApiServer(webhooks=list(webhooks))
+    await api.start()
+    return api, await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+
+
+def pod() -> Pod:
+    return {"metadata": {"generateName": "gpu-"},
+            "spec": {"containers": [{"name": "c", "image": "cuda",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+async def test_webhook_patch_is_applied_on_create(tmp_path: Path, webhook: Webhook) -> None:
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        created = await kube.create_pod("default", pod())
+    finally:
+        await kube.close()
+        await api.stop()
+    assert created["metadata"]["annotations"] == {"gpubus.io/admitted": "true"}
+    assert created["spec"]["schedulerName"] == "gpubus-scheduler"
+    assert created["metadata"]["name"].startswith("gpu-") and created["metadata"]["uid"]
+
+
+async def test_webhook_receives_a_real_admission_review(tmp_path: Path, webhook: Webhook) -> None:
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        await kube.create_pod("default", pod())
+    finally:
+        await kube.close()
+        await api.stop()
+    [review] = webhook.received
+    assert review["apiVersion"] == "admission.k8s.io/v1" and review["kind"] == "AdmissionReview"
+    request = review["request"]
+    assert request["uid"] and request["operation"] == "CREATE" and request["namespace"] == "default"
+    assert request["kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+    assert request["resource"] == {"group": "", "version": "v1", "resource": "pods"}
+    assert request["name"] == ""  # generateName: the name is chosen after admission
+    assert "uid" not in request["object"]["metadata"]
+    assert request["object"]["spec"]["schedulerName"] == "default-scheduler"
+    assert request["userInfo"]["username"]
+
+
+async def test_webhook_denial_refuses_the_create_with_its_message(tmp_path: Path, webhook: Webhook) -> None:
+    webhook.answer = lambda req: {"uid": req["uid"], "allowed": False,
+                                  "status": {"code": 400, "message": "gpumem must be positive"}}
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        with pytest.raises(KubeRejected) as info:
+            await kube.create_pod("default", pod())
+        assert (await kube.list_pods())[0] == []
+    finally:
+        await kube.close()
+        await api.stop()
+    assert info.value.code == 400
+    assert 'admission webhook "vgpu.gpubus.io" denied the request: gpumem must be positive' in str(info.value)
+
+
+async def test_webhook_down_with_fail_policy_refuses_the_create(tmp_path: Path) -> None:
+    down = WebhookConfig(name="vgpu.gpubus.io", url="https://127.0.0.1:1/mutate", failure_policy="Fail",
+                         timeout_s=2)
+    api, kube = await cluster(tmp_path, down)
+    try:
+        with pytest.raises(KubeUnavailable) as info:
+            await kube.create_pod("default", pod())
+    finally:
+        await kube.close()
+        await api.stop()
+    assert info.value.code == 500
+    assert 'failed calling webhook "vgpu.gpubus.io"' in str(info.value)
+
+
+async def test_webhook_down_with_ignore_policy_creates_unchanged(tmp_path: Path) -> None:
+    down = WebhookConfig(name="vgpu.gpubus.io", url="https://127.0.0.1:1/mutate", failure_policy="Ignore",
+                         timeout_s=2)
+    api, kube = await cluster(tmp_path, down)
+    try:
+        created = await kube.create_pod("default", pod())
+    finally:
+        await kube.close()
+        await api.stop()
+    assert "annotations" not in created["metadata"]
+
+
+REVIEW = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"'
+
+
+@pytest.mark.parametrize("reply", [b"not json",
+                                   REVIEW + b',"response":{"uid":"someone-else","allowed":true}}',
+                                   REVIEW + b"}"],
+                         ids=["garbage", "wrong-uid", "no-response"])
+async def test_malformed_webhook_reply_is_a_call_failure(
+    tmp_path: Path, webhook: Webhook, reply: bytes
+) -> None:
+    webhook.raw_reply = reply
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        with pytest.raises(KubeUnavailable, match="failed calling webhook"):
+            await kube.create_pod("default", pod())
+    finally:
+        await kube.close()
+        await api.stop()
+
+
+async def test_untrusted_webhook_certificate_fails_the_call(tmp_path: Path, webhook: Webhook) -> None:
+    other_ca = trustme.CA().cert_pem.bytes()
+    untrusting = WebhookConfig(name="vgpu.gpubus.io", url=webhook.url, ca_bundle=other_ca)
+    api, kube = await cluster(tmp_path, untrusting)
+    try:
+        with pytest.raises(KubeUnavailable, match="failed calling webhook"):
+            await kube.create_pod("default", pod())
+    finally:
+        await kube.close()
+        await api.stop()
+    assert webhook.received == []
+
+
+async def test_namespace_labelled_ignore_is_not_sent_to_the_webhook(tmp_path: Path, webhook: Webhook) -> None:
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        await kube.create_namespace("system", labels={"hami.io/webhook": "ignore"})
+        created = await kube.create_pod("system", pod())
+    finally:
+        await kube.close()
+        await api.stop()
+    assert webhook.received == [] and "annotations" not in created["metadata"]
+
+
+def test_webhook_config_reads_a_mutating_webhook_configuration_entry() -> None:
+    entry = {"name": "vgpu.hami.io", "clientConfig": {"url": "https://h:443/m",
+                                                      "caBundle": base64.b64encode(b"PEM").decode()},
+             "failurePolicy": "Ignore", "timeoutSeconds": 3,
+             "namespaceSelector": {"matchLabels": {"gpu": "yes"}}}
+    config = WebhookConfig.from_k8s(entry)
+    assert (config.url, config.ca_bundle, config.failure_policy, config.timeout_s) == (
+        "https://h:443/m", b"PEM", "Ignore", 3.0)
+    assert config.namespace_selector == {"matchLabels": {"gpu": "yes"}}

@@ -1,0 +1,306 @@
+"""The kube-scheduler stand-in against the SimApiServer and a small in-test extender over real HTTP.
+
+The extender here is a faithful peer of the real one: it keeps free GPU slots per node, answers
+``/filter`` with ``NodeNames`` (or ``Nodes`` when not nodeCacheCapable) and ``FailedNodes``,
+scores free slots in ``/prioritize``, and on ``/bind`` POSTs the Binding itself.
+
+Case matrix: PascalCase requests in both node forms; highest score wins; only our schedulerName;
+unschedulable -> PodScheduled=False with the aggregated message, retried at once when a pod is
+deleted (backoff far away) and by backoff alone; filter Error -> SchedulerError; bind Error ->
+retried; many pods bound concurrently without exceeding capacity; no bindVerb -> pods/binding;
+pods outside managedResources skip the extender; in-tree filters (unschedulable, nodeSelector, taint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from asyncwait import wait_until
+
+from services.sim.apiserver import SimApiServer
+from services.sim.extender_client import ExtenderConfig
+from services.sim.scheduler import Outcome, SchedulerSettings, SimScheduler
+from services.sim.scheduling_queue import BackoffPolicy
+from shared.kube import KubeClient
+from shared.kube_types import Node, Pod
+
+GPU = "nvidia.com/gpu"
+
+
+@dataclass
+class Extender:
+    """An extender with ``free`` one-GPU slots per node."""
+
+    kube: KubeClient
+    free: dict[str, int]
+    url: str = ""
+    requests: dict[str, list[Any]] = field(
+        default_factory=lambda: {"filter": [], "prioritize": [], "bind": []})
+    filter_error: str = ""
+    bind_errors: int = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/scheduler/filter", self.filter)
+        app.router.add_post("/scheduler/prioritize", self.prioritize)
+        app.router.add_post("/scheduler/bind", self.bind)
+        return app
+
+    @staticmethod
+    def names(args: dict[str, Any]) -> list[str]:
+        if args["NodeNames"] is not None:
+            return list(args["NodeNames"])
+        return [n["metadata"]["name"] for n in args["Nodes"]["items"]]
+
+    async def filter(self, request: web.Request) -> web.Response:
+        args = await request.json()
+        self.requests["filter"].append(args)
+        if self.filter_error:
+            return web.json_response({"Error": self.filter_error})
+        fits = [n for n in self.names(args) if self.free.get(n, 0) > 0]
+        failed = {n: "insufficient GPU" for n in self.names(args) if n not in fits}
+        if args["NodeNames"] is not None:
+            return web.json_response({"NodeNames": fits, "Nodes": None, "FailedNodes": failed, "Error": ""})
+        items = [n for n in args["Nodes"]["items"] if n["metadata"]["name"] in fits]
+        return web.json_response({"Nodes": {"items": items}, "FailedNodes": failed, "Error": ""})
+
+    async def prioritize(self, request: web.Request) -> web.Response:
+        args = await request.json()
+        self.requests["prioritize"].append(args)
+        scores = [{"Host": n, "Score": min(self.free.get(n, 0), 10)} for n in self.names(args)]
+        return web.json_response(scores)
+
+    async def bind(self, request: web.Request) -> web.Response:
+        args = await request.json()
+        self.requests["bind"].append(args)
+        if self.bind_errors:
+            self.bind_errors -= 1
+            return web.json_response({"Error": "node lock held"})
+        if self.free.get(args["Node"], 0) <= 0:
+            return web.json_response({"Error": f"no room on {args['Node']}"})
+        self.free[args["Node"]] -= 1
+        await self.kube.bind_pod(args["PodNamespace"], args["PodName"], args["PodUID"], args["Node"],
+                                 {"gpubus.io/bound-by": "extender"})
+        return web.json_response({"Error": ""})
+
+
+@dataclass
+class Cluster:
+    api: SimApiServer
+    kube: KubeClient
+    extender: Extender
+    outcomes: list[Outcome] = field(default_factory=list)
+    scheduler: SimScheduler | None = None
+
+    async def add_nodes(self, *nodes: Node) -> None:
+        for node in nodes:
+            await self.kube.create_node(node)
+
+    async def start(self, config: ExtenderConfig | None = None, **settings: Any) -> SimScheduler:
+        config = config or ExtenderConfig(url_prefix=self.extender.url + "/scheduler/")
+        settings.setdefault("backoff", BackoffPolicy(initial_s=60, max_s=60))
+        self.scheduler = SimScheduler(self.kube, [config], SchedulerSettings(**settings),
+                                      on_outcome=self.outcomes.append)
+        self.scheduler.start()
+        await asyncio.wait_for(self.scheduler.synced.wait(), 10)
+        return self.scheduler
+
+    async def node_of(self, name: str) -> str | None:
+        pod = await self.kube.get_pod("default", name)
+        return None if pod is None else pod["spec"].get("nodeName")
+
+    async def wait_bound(self, *names: str) -> dict[str, str]:
+        nodes: dict[str, str] = {}
+
+        async def all_bound() -> bool:
+            for name in names:
+                node = await self.node_of(name)
+                if node is None:
+                    return False
+                nodes[name] = node
+            return True
+
+        await wait_until(all_bound, what=f"{names} bound")
+        return nodes
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with SimApiServer() as api:
+        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+        extender = Extender(kube=kube, free={})
+        runner = web.AppRunner(extender.app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        extender.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        state = Cluster(api=api, kube=kube, extender=extender)
+        try:
+            yield state
+        finally:
+            if state.scheduler is not None:
+                await state.scheduler.stop()
+            await runner.cleanup()
+            await kube.close()
+
+
+def node(name: str, **spec: Any) -> Node:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "spec": spec}  # type: ignore[typeddict-item]
+
+
+def gpu_pod(name: str, *, scheduler: str = "gpubus-scheduler", gpus: int = 1, **spec: Any) -> Pod:
+    limits = {GPU: str(gpus)} if gpus else {}
+    return {"metadata": {"name": name}, "spec": {  # type: ignore[typeddict-item]
+        "schedulerName": scheduler, **spec,
+        "containers": [{"name": "c", "image": "cuda", "resources": {"limits": limits}}]}}
+
+
+async def test_pod_goes_filter_prioritize_bind_with_pascal_case_json(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 1, "n2": 5, "n3": 0}
+    await cluster.add_nodes(node("n1"), node("n2"), node("n3"))
+    await cluster.start()
+    created = await cluster.kube.create_pod("default", gpu_pod("a"))
+    assert (await cluster.wait_bound("a")) == {"a": "n2"}
+    [filter_args] = cluster.extender.requests["filter"]
+    assert set(filter_args) == {"Pod", "Nodes", "NodeNames"} and filter_args["Nodes"] is None
+    assert sorted(filter_args["NodeNames"]) == ["n1", "n2", "n3"]
+    assert filter_args["Pod"]["metadata"]["uid"] == created["metadata"]["uid"]
+    [prioritize_args] = cluster.extender.requests["prioritize"]
+    assert sorted(prioritize_args["NodeNames"]) == ["n1", "n2"]
+    assert cluster.extender.requests["bind"] == [{"PodName": "a", "PodNamespace": "default",
+                                                  "PodUID": created["metadata"]["uid"], "Node": "n2"}]
+    bound = await cluster.kube.get_pod("default", "a")
+    assert bound is not None and bound["metadata"]["annotations"] == {"gpubus.io/bound-by": "extender"}
+    assert [o.reason for o in cluster.outcomes] == ["Scheduled"]
+
+
+async def test_full_nodes_form_when_not_node_cache_capable(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 0, "n2": 1}
+    await cluster.add_nodes(node("n1"), node("n2"))
+    await cluster.start(ExtenderConfig(url_prefix=cluster.extender.url + "/scheduler",
+                                       node_cache_capable=False))
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    assert (await cluster.wait_bound("a")) == {"a": "n2"}
+    filter_args = cluster.extender.requests["filter"][0]
+    assert filter_args["NodeNames"] is None and filter_args["Nodes"]["kind"] == "NodeList"
+
+
+async def test_pods_of_other_schedulers_are_left_alone(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 5}
+    await cluster.add_nodes(node("n1"))
+    await cluster.kube.create_pod("default", gpu_pod("theirs", scheduler="default-scheduler"))
+    await cluster.start()
+    await cluster.kube.create_pod("default", gpu_pod("ours"))
+    await cluster.wait_bound("ours")
+    assert [args["Pod"]["metadata"]["name"] for args in cluster.extender.requests["filter"]] == ["ours"]
+    assert await cluster.node_of("theirs") is None
+
+
+async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_deleted(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 1, "n2": 0}
+    await cluster.add_nodes(node("n1"), node("n2"))
+    await cluster.start()  # backoff 60 s: only the cluster event can retry within the test
+    await cluster.kube.create_pod("default", gpu_pod("first"))
+    await cluster.wait_bound("first")
+    await cluster.kube.create_pod("default", gpu_pod("second"))
+
+    async def condition() -> dict[str, Any]:
+        pod = await cluster.kube.get_pod("default", "second")
+        conditions = (pod or {}).get("status", {}).get("conditions", [])
+        found = [c for c in conditions if c["type"] == "PodScheduled"]
+        return dict(found[0]) if found else {}
+
+    async def marked_unschedulable() -> bool:
+        return (await condition()).get("status") == "False"
+
+    await wait_until(marked_unschedulable, what="PodScheduled=False")
+    assert (await condition())["reason"] == "Unschedulable"
+    assert (await condition())["message"] == "0/2 nodes are available: 2 insufficient GPU."
+    cluster.extender.free["n1"] += 1  # what the real extender does when it sees the deletion
+    await cluster.kube.delete_pod("default", "first")
+    assert (await cluster.wait_bound("second")) == {"second": "n1"}
+
+
+async def test_unschedulable_pod_is_retried_by_backoff_alone(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 0}
+    await cluster.add_nodes(node("n1"))
+    scheduler = await cluster.start(backoff=BackoffPolicy(initial_s=0.05, max_s=0.2))
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    await wait_until(lambda: scheduler.stats.unschedulable >= 2, what="two failed attempts")
+    cluster.extender.free["n1"] = 1
+    await cluster.wait_bound("a")
+
+
+async def test_extender_filter_error_is_a_scheduler_error(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 1}
+    cluster.extender.filter_error = "inventory not loaded"
+    await cluster.add_nodes(node("n1"))
+    await cluster.start()
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    await wait_until(lambda: any(o.reason == "SchedulerError" for o in cluster.outcomes),
+                     what="error outcome")
+    assert "inventory not loaded" in cluster.outcomes[0].message
+
+
+async def test_bind_error_is_retried_after_backoff(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 1}
+    cluster.extender.bind_errors = 1
+    await cluster.add_nodes(node("n1"))
+    scheduler = await cluster.start(backoff=BackoffPolicy(initial_s=0.05, max_s=0.05))
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    await cluster.wait_bound("a")
+    assert scheduler.stats.bind_failures == 1 and len(cluster.extender.requests["bind"]) == 2
+    assert [o.reason for o in cluster.outcomes] == ["BindingRejected", "Scheduled"]
+
+
+async def test_many_pods_bind_concurrently_within_capacity(cluster: Cluster) -> None:
+    cluster.extender.free = {f"n{i}": 8 for i in range(5)}
+    await cluster.add_nodes(*(node(f"n{i}") for i in range(5)))
+    await cluster.start(backoff=BackoffPolicy(initial_s=0.05, max_s=0.1))
+    names = [f"p{i}" for i in range(40)]
+    await asyncio.gather(*(cluster.kube.create_pod("default", gpu_pod(n)) for n in names))
+    placed = await cluster.wait_bound(*names)
+    per_node = {n: list(placed.values()).count(n) for n in cluster.extender.free}
+    assert all(count == 8 for count in per_node.values()), per_node
+
+
+async def test_without_bind_verb_the_scheduler_posts_the_binding(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 1}
+    await cluster.add_nodes(node("n1"))
+    await cluster.start(ExtenderConfig(url_prefix=cluster.extender.url + "/scheduler", bind_verb=""))
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    assert (await cluster.wait_bound("a")) == {"a": "n1"}
+    assert cluster.extender.requests["bind"] == []
+
+
+async def test_pods_without_managed_resources_skip_the_extender(cluster: Cluster) -> None:
+    await cluster.add_nodes(node("n1"))
+    await cluster.start(ExtenderConfig(url_prefix=cluster.extender.url + "/scheduler",
+                                       managed_resources=(GPU,)))
+    await cluster.kube.create_pod("default", gpu_pod("cpu-only", gpus=0))
+    assert (await cluster.wait_bound("cpu-only")) == {"cpu-only": "n1"}
+    assert cluster.extender.requests == {"filter": [], "prioritize": [], "bind": []}
+
+
+async def test_in_tree_filters_run_before_the_extender(cluster: Cluster) -> None:
+    cluster.extender.free = {"cordoned": 5, "other-zone": 5, "tainted": 5, "ok": 1}
+    await cluster.add_nodes(node("cordoned", unschedulable=True),
+                            {"metadata": {"name": "other-zone", "labels": {"zone": "b"}}},
+                            {"metadata": {"name": "tainted", "labels": {"zone": "a"}},
+                             "spec": {"taints": [{"key": "gpu", "value": "busy", "effect": "NoSchedule"}]}},
+                            {"metadata": {"name": "ok", "labels": {"zone": "a"}}})
+    await cluster.start()
+    await cluster.kube.create_pod("default", gpu_pod("a", nodeSelector={"zone": "a"}))
+    assert (await cluster.wait_bound("a")) == {"a": "ok"}
+    assert cluster.extender.requests["filter"][0]["NodeNames"] == ["ok"]
+    await cluster.kube.create_pod("default", gpu_pod("b", nodeSelector={"zone": "a"}))
+    await wait_until(lambda: any(o.reason == "Unschedulable" for o in cluster.outcomes), what="unschedulable")
+    message = next(o.message for o in cluster.outcomes if o.reason == "Unschedulable")
+    assert message == ("0/4 nodes are available: 1 insufficient GPU, 1 node(s) didn't match Pod's node "
+                       "affinity/selector, 1 node(s) had untolerated taint, 1 node(s) were unschedulable.")

@@ -11,7 +11,7 @@ One run, real parts: a nats-server subprocess, the SimApiServer, a SchedulerApp 
    Allocate, so this bench runs a node-agent stand-in that releases each pod's lease as soon as it
    sees ``allocation.decided`` (a real kubelet adds its Allocate time per pod on top).
 
-Usage: ``python bench/extender.py [--nodes 5000] [--entries 100000] [--iterations 1000]``
+Usage: ``python bench/extender.py [--nodes 5000] [--entries 100000] [--iterations 1000] [--skip-binds]``
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from natsproc import NatsServerProcess  # noqa: E402
 
 from services.scheduler.app import SchedulerApp  # noqa: E402
+from services.scheduler.entries import encode_allocation  # noqa: E402
 from services.scheduler.leases import device_counts, lease_key  # noqa: E402
 from services.scheduler.settings import SchedulerSettings  # noqa: E402
-from services.scheduler.state import encode_allocation  # noqa: E402
 from services.sim.apiserver import SimApiServer  # noqa: E402
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings  # noqa: E402
 from shared.codec import to_wire  # noqa: E402
@@ -270,7 +270,8 @@ async def main(args: argparse.Namespace) -> None:
             names = [f"node-{i:05d}" for i in range(args.nodes)]
             await cold_start(session, app, names)
             await measure_filters(session, app, names, args.iterations)
-            await measure_binds(session, app, bus, kube, names)
+            if not args.skip_binds:
+                await measure_binds(session, app, bus, kube, names)
             await app.stop()
             await bus.close()
             await kube.close()
@@ -283,4 +284,5 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--skip-binds", action="store_true", help="state, cold start and /filter only")
     asyncio.run(main(parser.parse_args()))

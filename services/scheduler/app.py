@@ -19,8 +19,10 @@ from typing import Any
 from aiohttp import web
 
 from services.scheduler.binder import Binder, BindOptions, PodCache
+from services.scheduler.bindphase import BindPhaseWriter
 from services.scheduler.extender import Extender
 from services.scheduler.fit import Policies
+from services.scheduler.forward import BindForwarder
 from services.scheduler.leader import LeaderElection
 from services.scheduler.leases import AllocLeases
 from services.scheduler.ledger import Ledger
@@ -75,6 +77,9 @@ class SchedulerApp:
         self.binder: Binder
         self.reconciler: Reconciler
         self.election: LeaderElection
+        self.forwarder: BindForwarder
+        self.phases: BindPhaseWriter
+        self.extender: Extender
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -102,6 +107,9 @@ class SchedulerApp:
             clock=self.clock,
             on_lease_wait=self.metrics.lease_wait_seconds.observe,
         )
+        self.phases = BindPhaseWriter(
+            self.kube, on_outcome=lambda outcome: self.metrics.bind_phase_patches.labels(outcome).inc()
+        )
         self.reconciler = Reconciler(
             self.state,
             self.leases,
@@ -111,6 +119,7 @@ class SchedulerApp:
             on_release=lambda why: self.metrics.released.labels(why).inc(),
             on_adopt=self.metrics.adopted.inc,
             clock=self.clock,
+            on_phase=self.phases.submit,
         )
         self.election = LeaderElection(
             self.bus,
@@ -120,12 +129,17 @@ class SchedulerApp:
             on_elected=self._elected,
             on_deposed=self._deposed,
         )
+        self.forwarder = BindForwarder(
+            self.bus, timeout_s=s.forward_timeout_s, leader_name=lambda: self.election.leader
+        )
+        self.extender = self._extender()
         self._live_gauges()
         await self.leases.start()
         await self.state.load()
         if self.kube is not None:
             self._spawn(self._tasks, "scheduler-nodes", self.reconciler.watch_nodes())
         self._spawn(self._tasks, "scheduler-sweep", self._sweep())
+        self._spawn(self._tasks, "scheduler-bind-phase", self.phases.run())
         self._spawn(self._tasks, "scheduler-election", self.election.run())
         await self._serve()
 
@@ -167,11 +181,13 @@ class SchedulerApp:
             ready=lambda: self.state.ready,
             emit=self.bus.emit,
             clock=self.clock,
+            is_leader=lambda: self.election.is_leader,
+            forward=self.forwarder.forward,
         )
 
     async def _serve(self) -> None:
         self._runner = web.AppRunner(
-            self._extender().app(), access_log=None, handle_signals=False, shutdown_timeout=2.0
+            self.extender.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.bind, self.settings.port, reuse_address=True)
@@ -217,8 +233,10 @@ class SchedulerApp:
         since = self.clock() - 2 * self.settings.lease_ttl_s
         self._verdicts = await self.reconciler.subscribe_verdicts(since)
         self._spawn(self._leader_tasks, "scheduler-pods", self.reconciler.watch_pods())
+        await self.forwarder.serve(self.extender.bind_here)
 
     async def _deposed(self) -> None:
+        await self.forwarder.stop()
         await self._cancel(self._leader_tasks)
         for sub in self._verdicts:
             await sub.stop()

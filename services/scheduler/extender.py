@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +26,7 @@ from services.scheduler.placement import Placement
 from services.scheduler.wire import (
     MAX_BODY_BYTES,
     BadRequestKind,
+    BindingArgs,
     ExtenderArgs,
     HostPriority,
     dumps,
@@ -64,6 +65,8 @@ class Extender:
         emit: Callable[[Event], None] | None = None,
         names: ResourceNames = DEFAULT_NAMES,
         clock: Callable[[], float] = time.time,
+        is_leader: Callable[[], bool] = lambda: True,
+        forward: Callable[[BindingArgs], Awaitable[tuple[str, str]]] | None = None,
     ) -> None:
         self._placement = placement
         self._binder = binder
@@ -73,6 +76,9 @@ class Extender:
         self._emit = emit
         self._names = names
         self._clock = clock
+        self._is_leader = is_leader
+        self._forward = forward
+        """A standby hands /bind to the leader through this (see :mod:`services.scheduler.forward`)."""
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -184,6 +190,12 @@ class Extender:
         except ExtenderInputError as e:
             self._metrics.bad_requests.labels("bind", e.kind).inc()
             return (BadRequestKind.NOT_JSON if e.kind == BadRequestKind.NOT_JSON else "bad_request"), str(e)
+        if self._forward is not None and not self._is_leader():
+            return await self._forward(args)
+        return await self.bind_here(args)
+
+    async def bind_here(self, args: BindingArgs) -> tuple[str, str]:
+        """Bind in this replica (the leader; also what forwarded binds run): ``(outcome, Error)``."""
         if not self._ready():
             return "not_ready", NOT_READY
         try:

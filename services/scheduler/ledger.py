@@ -17,6 +17,7 @@ Kubernetes or the Fit engine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -47,8 +48,15 @@ class NodeInventory:
     heartbeat_s: float = 30.0
     generation: int = 0
 
+    @property
+    def stale_at(self) -> float:
+        """The time after which the node counts as stale (infinity when it sends no heartbeats)."""
+        if self.heartbeat_s <= 0:
+            return math.inf
+        return self.seen_at + STALE_HEARTBEATS * self.heartbeat_s
+
     def stale(self, now: float) -> bool:
-        return self.heartbeat_s > 0 and now - self.seen_at > STALE_HEARTBEATS * self.heartbeat_s
+        return now > self.stale_at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +87,7 @@ class Ledger:
         self._by_node: dict[NodeName, set[PodUID]] = {}
         self._versions: dict[NodeName, int] = {}
         self._annotations: dict[NodeName, dict[str, str]] = {}
+        self._feeds: list[set[NodeName]] = []
 
     # --- inventory -------------------------------------------------------------------------
 
@@ -88,6 +97,8 @@ class Ledger:
         self._inventory[node] = inventory
         if old is None or old.devices != inventory.devices:
             self._touch(node)
+        elif inventory.stale_at < old.stale_at:
+            self._notify(node)  # same content, but it may turn stale sooner than a cache assumed
 
     def remove_node(self, node: NodeName) -> bool:
         """Forget a node's inventory and annotations (its ledger entries stay until their pods go)."""
@@ -166,6 +177,13 @@ class Ledger:
 
     # --- views -----------------------------------------------------------------------------
 
+    def change_feed(self) -> set[NodeName]:
+        """A set this ledger adds every node to whose devices, usage or annotations change, or whose
+        staleness deadline moves earlier; the caller empties it after reading (per-node caches)."""
+        feed: set[NodeName] = set()
+        self._feeds.append(feed)
+        return feed
+
     def version(self, node: NodeName) -> int:
         return self._versions.get(node, 0)
 
@@ -212,13 +230,13 @@ class Ledger:
         node = allocation.node
         if allocation.state not in _FREE_STATES:
             devices = self._usage.setdefault(node, {})
-            for uuid, u in collapse_usage(allocation.devices, allocation.init_count).items():
+            for uuid, used, mem, cores in _contributions(allocation):
                 cur = devices.get(uuid)
                 if cur is None:
                     cur = devices[uuid] = [0, 0, 0]
-                cur[0] += sign * u.used
-                cur[1] += sign * u.usedmem
-                cur[2] += sign * u.usedcores
+                cur[0] += sign * used
+                cur[1] += sign * mem
+                cur[2] += sign * cores
                 if cur == [0, 0, 0]:
                     del devices[uuid]
             if not devices:
@@ -227,3 +245,20 @@ class Ledger:
 
     def _touch(self, node: NodeName) -> None:
         self._versions[node] = self._versions.get(node, 0) + 1
+        self._notify(node)
+
+    def _notify(self, node: NodeName) -> None:
+        for feed in self._feeds:
+            feed.add(node)
+
+
+def _contributions(allocation: Allocation) -> Iterator[tuple[DeviceUUID, int, int, int]]:
+    """(uuid, slots, MiB, cores) an entry adds. Without init containers the collapse is a plain sum
+    per device, so each card is added as it comes (cheaper: a cold start applies 100k entries)."""
+    if allocation.init_count:
+        for uuid, u in collapse_usage(allocation.devices, allocation.init_count).items():
+            yield uuid, u.used, u.usedmem, u.usedcores
+        return
+    for slot in allocation.devices:
+        for d in slot:
+            yield d.uuid, 1, d.usedmem, d.usedcores

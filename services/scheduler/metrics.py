@@ -189,6 +189,12 @@ class SchedulerMetrics:
             "gpubus_scheduler_released", "Ledger entries released, by why", ["why"], registry=r
         )
         self.adopted = Counter("gpubus_scheduler_adopted", "Bound pods adopted into the ledger", registry=r)
+        self.bind_phase_patches = Counter(
+            "gpubus_scheduler_bind_phase_patches",
+            "hami.io/bind-phase pod patches by outcome (written, failed, dropped)",
+            ["outcome"],
+            registry=r,
+        )
         r.register(LedgerCollector(ledger, legacy=legacy))
 
     def watch(self, gauges: dict[str, tuple[str, Callable[[], float]]]) -> None:

@@ -3,14 +3,15 @@
 ``filter`` (which of these nodes can take the pod, and why not the others), ``scores`` (0-10 per
 node by node policy) and ``decide`` (the devices on the node kube-scheduler picked). Nodes without
 inventory or with a stale heartbeat are refused with a clear reason before Fit runs. Fit's
-immutable ``NodeState`` is cached per node and rebuilt only when the ledger's node version
-changes, so a filter call costs one dict lookup per node that did not change.
+immutable ``NodeState`` is cached per node and dropped when the ledger reports the node changed,
+so a filter call costs one dict lookup per node that did not change.
 
 Pure: no I/O, no clock reads (``now`` is passed in). Must not know HTTP, NATS or Kubernetes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,32 +42,40 @@ class FilterOutcome:
     """Reason name -> how many failed nodes reported it (for metrics)."""
 
 
+class _Cached:
+    """A node's immutable Fit state and the time its inventory turns stale (refreshed on expiry)."""
+
+    __slots__ = ("stale_at", "state")
+
+    def __init__(self, state: NodeState, stale_at: float) -> None:
+        self.state = state
+        self.stale_at = stale_at
+
+
 class Placement:
-    """Filter, score and decide over a :class:`Ledger`; holds only a per-node cache."""
+    """Filter, score and decide over a :class:`Ledger`; holds only a per-node cache.
+
+    The cache is emptied per node from the ledger's change feed, so a filter call costs one dict
+    lookup and one comparison per unchanged node; heartbeats (which only move a node's stale
+    deadline later) are picked up lazily when a cached deadline passes.
+    """
 
     def __init__(self, ledger: Ledger, policies: Policies, *, single_node: bool = False) -> None:
         self.ledger = ledger
         self.policies = policies
         self.single_node = single_node
-        self._states: dict[NodeName, NodeState] = {}
-        self._versions: dict[NodeName, int] = {}
+        self._cache: dict[str, _Cached] = {}
+        self._changed = ledger.change_feed()
 
-    def node_state(self, node: NodeName) -> NodeState | None:
-        version = self.ledger.version(node)
-        if self._versions.get(node) == version:
-            return self._states.get(node)
-        snap = self.ledger.snapshot(node)
-        if snap is None:
-            self._states.pop(node, None)
-            self._versions.pop(node, None)
-            return None
-        state = NodeState(name=node, devices=snap.devices, usage=snap.usage, annotations=snap.annotations)
-        self._states[node] = state
-        self._versions[node] = version
-        return state
+    def _sync(self) -> None:
+        if self._changed:
+            cache = self._cache
+            for node in self._changed:
+                cache.pop(node, None)
+            self._changed.clear()
 
-    def unusable(self, node: NodeName, now: float) -> str | None:
-        """Why a node cannot be judged (no inventory, stale heartbeat), or None."""
+    def _resolve(self, node: NodeName, now: float) -> NodeState | str:
+        """The node's state (cached), or why it cannot be judged; the slow path of every lookup."""
         inv = self.ledger.inventory(node)
         if inv is None:
             return NODE_UNREGISTERED
@@ -75,24 +84,59 @@ class Placement:
                 f"{STALE_PREFIX}: no heartbeat for {now - inv.seen_at:.0f}s "
                 f"(expected every {inv.heartbeat_s:.0f}s, stale after {STALE_HEARTBEATS:.0f} missed)"
             )
-        return None
+        cached = self._cache.get(node)
+        if cached is None:
+            snap = self.ledger.snapshot(node)
+            assert snap is not None  # inventory is there
+            state = NodeState(name=node, devices=snap.devices, usage=snap.usage, annotations=snap.annotations)
+            cached = self._cache[node] = _Cached(state, inv.stale_at)
+        else:
+            cached.stale_at = inv.stale_at
+        return cached.state
+
+    def _lookup(self, name: str, now: float) -> NodeState | str:
+        cached = self._cache.get(name)
+        if cached is not None and now <= cached.stale_at:
+            return cached.state
+        return self._resolve(NodeName(name), now)
+
+    def node_state(self, node: NodeName) -> NodeState | None:
+        """The node's Fit state whatever its heartbeat; None if it has no inventory."""
+        self._sync()
+        if self.ledger.inventory(node) is None:
+            return None
+        found = self._resolve(node, -math.inf)
+        return found if isinstance(found, NodeState) else None
+
+    def unusable(self, node: NodeName, now: float) -> str | None:
+        """Why a node cannot be judged (no inventory, stale heartbeat), or None."""
+        self._sync()
+        found = self._lookup(node, now)
+        return found if isinstance(found, str) else None
 
     def filter(self, pod: PodRequest, names: Sequence[str], now: float) -> FilterOutcome:
         """Every node that fits (raises AnnotationError on bad scoring weights)."""
+        self._sync()
         states: list[NodeState] = []
         unresolvable: dict[str, str] = {}
+        cache = self._cache
         for name in names:
-            node = NodeName(name)
-            why = self.unusable(node, now)
-            state = None if why else self.node_state(node)
-            if state is None:
-                unresolvable[name] = why or NODE_UNREGISTERED
+            # the hot loop of /filter: one dict lookup per node whose state and heartbeat hold
+            cached = cache.get(name)
+            if cached is not None and now <= cached.stale_at:
+                states.append(cached.state)
+                continue
+            found = self._resolve(NodeName(name), now)
+            if isinstance(found, str):
+                unresolvable[name] = found
             else:
-                states.append(state)
+                states.append(found)
         result = filter_nodes(states, pod, self.policies, choose=False)
         passed: list[str] = [n for n, _ in result.fits]
         if self.single_node and passed:
             passed = [best_node(result.fits, result.policy) or passed[0]]
+        if len(passed) == len(states):
+            return FilterOutcome(passed=passed, unresolvable=unresolvable)
         fits = result.failed_fits()
         counts: dict[str, int] = {}
         for nf in fits.values():
@@ -110,10 +154,10 @@ class Placement:
         """0..10 per node: binpack prefers fuller nodes, spread emptier ones; unusable nodes score 0."""
         policy = pod.annotations.get(ann.NODE_SCHEDULER_POLICY) or self.policies.node
         out: list[tuple[str, int]] = []
+        self._sync()
         for name in names:
-            node = NodeName(name)
-            state = None if self.unusable(node, now) else self.node_state(node)
-            if state is None:
+            state = self._lookup(name, now)
+            if isinstance(state, str):
                 out.append((name, 0))
                 continue
             scaled = round(min(state.derived.score, _NODE_SCORE_MAX) / _NODE_SCORE_MAX * MAX_EXTENDER_SCORE)
@@ -122,8 +166,8 @@ class Placement:
 
     def decide(self, pod: PodRequest, node: NodeName, now: float) -> NodeFit:
         """Fit on the chosen node against current usage; ``fit`` False carries the reason."""
-        why = self.unusable(node, now)
-        state = None if why else self.node_state(node)
-        if state is None:
-            return NodeFit(node=node, fit=False, score=0.0, reason=why or NODE_UNREGISTERED)
+        self._sync()
+        state = self._lookup(node, now)
+        if isinstance(state, str):
+            return NodeFit(node=node, fit=False, score=0.0, reason=state)
         return fit_pod(state, pod, self.policies)

@@ -1,9 +1,11 @@
 """Keeping the ledger true to the cluster (contract item 3): pods, nodes and node-agent verdicts.
 
-Leader only: watch pods (list + watch, re-list on 410) to release the slices of deleted and finished
-pods; at start, release entries whose pod no longer exists and adopt bound pods that carry HAMi's
-annotations but have no entry (how a HAMi cluster migrates); consume ``allocation.applied`` and
-``allocation.failed`` to move entries to APPLIED or FAILED (a failure frees the slice).
+Leader only: watch pods (list + watch, re-list on 410; every pod, but only a slim record of those
+that matter is held) to release the slices of deleted and finished pods; at start, release
+entries whose pod no longer exists and adopt bound pods that carry HAMi's annotations but have no
+entry, whatever their scheduler name (how a HAMi cluster migrates); consume ``allocation.applied``
+and ``allocation.failed`` to move entries to APPLIED or FAILED (a failure frees the slice) and
+have the pod's ``hami.io/bind-phase`` set to match, off the event path.
 Every replica: watch nodes for the annotations Fit reads and to drop removed nodes.
 
 Orchestration over ``state``, ``leases`` and the Kubernetes port; must not know HTTP or Fit.
@@ -31,10 +33,46 @@ log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 #: Node annotations Fit reads.
 _NODE_KEYS = (ann.DEVICE_CORDON, ann.NODE_SCORE)
+_HAMI_PREFIX = "hami.io/"
+#: Pod metadata the slim record keeps (list+watch needs namespace, name and resourceVersion).
+_SLIM_META = ("uid", "namespace", "name", "resourceVersion", "deletionTimestamp")
 _PHASE_STATE = {
     ann.BindPhase.SUCCESS.value: AllocationState.APPLIED,
     ann.BindPhase.FAILED.value: AllocationState.FAILED,
 }
+
+
+def slim_pod(
+    pod: Mapping[str, Any], *, scheduler_name: str, known: Callable[[str], bool]
+) -> dict[str, Any] | None:
+    """The part of a pod the reconciler reads, or None if the pod does not matter to us.
+
+    A pod matters if it is ours (``schedulerName``; every pod when that is ""), carries HAMi's
+    allocation annotation (adopted whatever its scheduler name), or has a ledger entry. The record
+    keeps the pod's JSON shape, so :func:`adoptable` and :meth:`Reconciler.on_pod` read either.
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    if not (
+        not scheduler_name
+        or spec.get("schedulerName") == scheduler_name
+        or ann.DEVICES_ALLOCATED in annotations
+        or known(str(meta.get("uid") or ""))
+    ):
+        return None
+    return {
+        "metadata": {
+            **{k: meta[k] for k in _SLIM_META if k in meta},
+            "annotations": {k: v for k, v in annotations.items() if k.startswith(_HAMI_PREFIX)},
+        },
+        "spec": {
+            **{k: spec[k] for k in ("nodeName", "schedulerName") if k in spec},
+            "initContainers": [{"name": c.get("name", "")} for c in spec.get("initContainers") or []],
+            "containers": [{"name": c.get("name", "")} for c in spec.get("containers") or []],
+        },
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
 
 
 def adoptable(pod: Mapping[str, Any]) -> Allocation | None:
@@ -83,6 +121,7 @@ class Reconciler:
         on_release: Callable[[str], None],
         on_adopt: Callable[[], None],
         clock: Callable[[], float] = time.time,
+        on_phase: Callable[[str, str, ann.BindPhase], object] | None = None,
     ) -> None:
         self._state = state
         self._leases = leases
@@ -92,6 +131,8 @@ class Reconciler:
         self._on_release = on_release
         self._on_adopt = on_adopt
         self._clock = clock
+        self._on_phase = on_phase
+        """Queues the ``hami.io/bind-phase`` patch for a verdict; must return at once."""
         self._live: set[str] = set()
         self.pods_synced = asyncio.Event()
 
@@ -107,13 +148,16 @@ class Reconciler:
 
     async def on_verdict(self, event: Event) -> None:
         if isinstance(event, AllocationApplied) and event.complete:
-            await self._state.set_state(PodUID(event.pod_uid), AllocationState.APPLIED)
+            applied = await self._state.set_state(PodUID(event.pod_uid), AllocationState.APPLIED)
+            if applied is not None:
+                self._phase(applied, ann.BindPhase.SUCCESS)
         elif isinstance(event, AllocationFailed) and event.pod_uid:
             uid = PodUID(event.pod_uid)
             entry = self._state.ledger.entry(uid)
             if entry is None or entry.state is AllocationState.FAILED:
                 return
             await self._state.set_state(uid, AllocationState.FAILED)
+            self._phase(entry, ann.BindPhase.FAILED)
             await self._leases.release_for(entry.node, entry.devices, uid)
             self._leases.wake(entry.node)
             self._on_release("allocation_failed")
@@ -125,6 +169,10 @@ class Reconciler:
                 event.reason,
             )
 
+    def _phase(self, entry: Allocation, phase: ann.BindPhase) -> None:
+        if self._on_phase is not None:
+            self._on_phase(entry.namespace, entry.name, phase)
+
     # --- pods ------------------------------------------------------------------------------
 
     async def watch_pods(self) -> None:
@@ -132,16 +180,24 @@ class Reconciler:
         if self._kube is None:
             self.pods_synced.set()
             return
-        selector = f"spec.schedulerName={self._scheduler_name}" if self._scheduler_name else None
         synced = asyncio.Event()
         listed_at = self._clock()
         reconciler = asyncio.create_task(self._reconcile_when(synced, listed_at), name="scheduler-reconcile")
         try:
-            async for event in list_and_watch_pods(self._kube, field_selector=selector, synced=synced):
+            # every pod, so HAMi's pods are adopted whatever their scheduler; only slim records are held
+            async for event in list_and_watch_pods(self._kube, synced=synced, transform=self._slim):
                 await self.on_pod(event["type"], event["object"])
         finally:
             reconciler.cancel()
             await asyncio.gather(reconciler, return_exceptions=True)
+
+    def _slim(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        ledger = self._state.ledger
+        return slim_pod(
+            pod,
+            scheduler_name=self._scheduler_name,
+            known=lambda uid: ledger.entry(PodUID(uid)) is not None or self._in_flight(uid),
+        )
 
     async def _reconcile_when(self, synced: asyncio.Event, listed_at: float) -> None:
         await synced.wait()

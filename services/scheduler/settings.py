@@ -17,7 +17,8 @@ class SchedulerSettings:
     port: int = 8080
     """Port of ``/filter``, ``/prioritize``, ``/bind``, ``/healthz``, ``/readyz``, ``/metrics``."""
     scheduler_name: str = "gpubus-scheduler"
-    """Only pods with this ``spec.schedulerName`` are watched for release ("" = all pods)."""
+    """Pods with this ``spec.schedulerName`` are tracked for release ("" = all pods); pods carrying
+    HAMi's ``vgpu-devices-allocated`` annotation are tracked (and adopted) whatever their scheduler."""
     node_scheduler_policy: str = "binpack"
     """Default node policy (``binpack`` fuller nodes first, ``spread`` emptier first); pods override it."""
     gpu_scheduler_policy: str = "spread"
@@ -28,6 +29,9 @@ class SchedulerSettings:
     """TTL of the Allocate ambiguity leases (``alloc.<node>.<n>``), seconds; a dead holder frees it."""
     bind_timeout_s: float = 25.0
     """Longest a bind waits for an ambiguity lease, seconds; keep below the extender ``httpTimeout``."""
+    forward_timeout_s: float = 28.0
+    """How long a standby waits for the leader to answer a forwarded /bind, seconds; keep above
+    ``bind_timeout_s`` and below the extender ``httpTimeout`` (30 s in the chart)."""
     reservation_ttl_s: float = 60.0
     """An in-process decision not written to the ledger within this lapses, seconds."""
     leader_key: str = "leader.scheduler"

@@ -9,6 +9,7 @@ HAMi-annotated pods and a restart that rebuilds exactly the same usage.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -248,18 +249,29 @@ async def test_failed_binding_post_releases_entry_and_leases(
     assert await locks.get("alloc.n1.1") is None
 
 
-async def test_standby_replica_refuses_to_bind(
+async def test_standby_replica_forwards_bind_to_the_leader(
     bus: Bus, nats_url: str, kube: KubeClient, scheduler: SchedulerApp, tmp_path: Path
 ) -> None:
     standby = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="standby")
     try:
         await cluster(bus, kube, standby, "n1")
+        await wait_until(lambda: NodeName("n1") in scheduler.ledger, what="leader inventory")
         pod = await create(kube, gpu_pod("p", slice_of(1000)))
+        too_big = await create(kube, gpu_pod("big", slice_of(10**6)))
         async with aiohttp.ClientSession() as session:
             c = ExtenderClient(session, standby.port)
             assert (await c.filter(pod, ["n1"]))["NodeNames"] == ["n1"]
-            error = await c.bind(pod, "n1")
-        assert "standby" in error and "replica-a" in error
+            assert not standby.election.is_leader
+            assert await c.bind(pod, "n1") == ""
+            refused = await c.bind(too_big, "n1")
+        assert "does not fit node n1" in refused  # the leader's Error, relayed as is
+        entry = scheduler.ledger.entry(PodUID(pod["metadata"]["uid"]))
+        assert entry is not None and entry.node == "n1"
+        bound = await kube.get_pod("default", "p")
+        assert bound is not None and bound["spec"].get("nodeName") == "n1"
+        await wait_until(
+            lambda: standby.ledger.entry(PodUID(pod["metadata"]["uid"])) is not None, what="standby ledger"
+        )
     finally:
         await standby.stop()
 
@@ -323,6 +335,48 @@ async def test_applied_and_failed_verdicts_move_the_entry(
         what="failed",
     )
     assert used(scheduler, "n1", 0).usedmem == 1000
+
+    async def phase(name: str) -> str | None:
+        pod = await kube.get_pod("default", name)
+        return None if pod is None else (pod["metadata"].get("annotations") or {}).get(ann.BIND_PHASE)
+
+    # HAMi's tools read the verdict from the pod: allocating -> success / failed
+    await wait_until(lambda: _is(phase("ok"), "success"), what="bind-phase success")
+    await wait_until(lambda: _is(phase("bad"), "failed"), what="bind-phase failed")
+    await scheduler.phases.drained()
+    samples = {
+        s.labels["outcome"]: s.value
+        for m in scheduler.metrics.registry.collect()
+        if m.name == "gpubus_scheduler_bind_phase_patches"
+        for s in m.samples
+        if s.name.endswith("_total")
+    }
+    assert samples == {"written": 2.0}
+
+
+async def _is(value: Awaitable[str | None], expected: str) -> bool:
+    return await value == expected
+
+
+async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
+    bus: Bus, nats_url: str, kube: KubeClient, scheduler: SchedulerApp, tmp_path: Path
+) -> None:
+    await cluster(bus, kube, scheduler, "n1", gpus=2)
+    await scheduler.stop()
+    hami = gpu_pod("hami-bound", slice_of(5000, 10), scheduler="hami-scheduler")
+    hami["spec"]["nodeName"] = "n1"
+    hami["metadata"]["annotations"] = {ann.DEVICES_ALLOCATED: "GPU-n1-1,NVIDIA,5000,10:;"}
+    await create(kube, hami)
+    await create(kube, gpu_pod("someone-elses", slice_of(1000), scheduler="default-scheduler"))
+    again = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="replica-d")
+    try:
+        await wait_until(again.reconciler.pods_synced.is_set, what="reconcile")
+        assert used(again, "n1", 1) == DeviceUsage(used=1, usedmem=5000, usedcores=10)
+        assert [e.name for e in again.ledger.entries()] == ["hami-bound"]
+        await kube.delete_pod("default", "hami-bound")
+        await wait_until(lambda: len(again.ledger) == 0, what="adopted pod released on delete")
+    finally:
+        await again.stop()
 
 
 # --- state and recovery -------------------------------------------------------------------

@@ -196,3 +196,60 @@ async def test_standby_takes_over_when_the_leader_dies(
     finally:
         await standby.stop()
         await leader.stop()
+
+
+async def test_standby_without_an_answering_leader_says_so_in_the_bind_error(
+    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+) -> None:
+    ghost = await bus.lease("leader.scheduler", "ghost-replica", ttl=30.0, auto_renew=True)
+    assert await ghost.acquire()  # a leader that holds the lease but serves nothing
+    standby = await start_scheduler(
+        bus_settings(nats_url),
+        api.write_kubeconfig(tmp_path / "kc"),
+        replica_id="standby",
+        forward_timeout_s=1.0,
+    )
+    try:
+        await create_node(kube, "n1")
+        await register_node(bus, "n1")
+        await wait_until(lambda: NodeName("n1") in standby.ledger, what="inventory")
+        await wait_until(lambda: standby.election.leader == "ghost-replica", what="leader known")
+        async with aiohttp.ClientSession() as session:
+            c = ExtenderClient(session, standby.port)
+            pod = await create(kube, gpu_pod("orphan", slice_of(1000)))
+            error = await c.bind(pod, "n1")
+        assert "no leader answered the forwarded bind on gpubus.query.scheduler.bind" in error
+        assert "ghost-replica" in error
+        assert standby.ledger.entry(pod["metadata"]["uid"]) is None
+    finally:
+        await standby.stop()
+        await ghost.release()
+
+
+async def test_after_failover_the_old_standby_serves_forwarded_binds(
+    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
+    first = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="first", leader_ttl_s=1.0)
+    await wait_until(lambda: first.election.is_leader, what="first leader")
+    second = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="second", leader_ttl_s=1.0)
+    third = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="third", leader_ttl_s=1.0)
+    try:
+        await create_node(kube, "n1")
+        await register_node(bus, "n1")
+        for app in (second, third):
+            await wait_until(lambda app=app: NodeName("n1") in app.ledger, what="inventory")
+        await first.bus.nc.close()  # the leader dies without releasing its lease
+        await wait_until(
+            lambda: second.election.is_leader or third.election.is_leader, timeout=15, what="takeover"
+        )
+        leader, standby = (second, third) if second.election.is_leader else (third, second)
+        async with aiohttp.ClientSession() as session:
+            c = ExtenderClient(session, standby.port)
+            pod = await create(kube, gpu_pod("after", slice_of(1000)))
+            assert await c.bind(pod, "n1") == ""
+        assert leader.ledger.entry(pod["metadata"]["uid"]) is not None
+    finally:
+        await third.stop()
+        await second.stop()
+        await first.stop()

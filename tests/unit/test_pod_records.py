@@ -1,0 +1,142 @@
+"""What the scheduler holds per pod: slim records of the pods that matter, none of the others.
+
+Case matrix: ``slim_pod`` keeps our pods, HAMi-annotated pods of any scheduler and pods with a
+ledger entry, drops the rest, and keeps only identity, phase, node, container names and
+``hami.io/`` annotations; ``list_and_watch`` with a transform yields and holds only the slim
+records, forgets a pod that stops mattering without an event, and still reports its deletion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from services.scheduler.reconcile import adoptable, slim_pod
+from shared import annotations as ann
+from shared.kube import list_and_watch
+from shared.kube_types import WatchEvent
+
+
+def pod(
+    name: str, *, scheduler: str = "gpubus-scheduler", rv: str = "1", **annotations: str
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "labels": {"app": "x"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}" * 500, **annotations},
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeName": "n1",
+            "initContainers": [{"name": "init", "image": "busybox"}],
+            "containers": [{"name": "main", "image": "cuda", "env": [{"name": "A", "value": "b" * 100}]}],
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready"}]},
+    }
+
+
+def slim(p: dict[str, Any], known: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+    return slim_pod(p, scheduler_name="gpubus-scheduler", known=lambda uid: uid in known)
+
+
+HAMI = {ann.DEVICES_ALLOCATED: ";GPU-0,NVIDIA,1000,10:;", ann.BIND_PHASE: "success"}
+
+
+def test_our_pods_hami_pods_and_ledger_pods_are_kept_others_dropped() -> None:
+    assert slim(pod("ours")) is not None
+    assert slim(pod("hami", scheduler="hami-scheduler", **HAMI)) is not None
+    assert slim(pod("ledgered", scheduler="other"), frozenset({"uid-ledgered"})) is not None
+    assert slim(pod("other", scheduler="default-scheduler")) is None
+
+
+def test_an_empty_scheduler_name_keeps_every_pod() -> None:
+    assert slim_pod(pod("x", scheduler="any"), scheduler_name="", known=lambda _: False) is not None
+
+
+def test_the_record_keeps_only_what_the_reconciler_reads() -> None:
+    record = slim(pod("hami", scheduler="hami-scheduler", **HAMI))
+    assert record == {
+        "metadata": {
+            "uid": "uid-hami",
+            "namespace": "ns",
+            "name": "hami",
+            "resourceVersion": "1",
+            "annotations": HAMI,
+        },
+        "spec": {
+            "nodeName": "n1",
+            "schedulerName": "hami-scheduler",
+            "initContainers": [{"name": "init"}],
+            "containers": [{"name": "main"}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_slim_record_adopts_exactly_like_the_full_pod() -> None:
+    full = pod("hami", scheduler="hami-scheduler", **HAMI)
+    record = slim(full)
+    assert record is not None and adoptable(record) == adoptable(full) is not None
+
+
+def _stream(items: list[dict[str, Any]], events: list[WatchEvent]) -> tuple[Any, Any]:
+    async def lister() -> tuple[list[Any], str]:
+        return items, "1"
+
+    async def watcher(rv: str) -> AsyncIterator[WatchEvent]:
+        for e in events:
+            yield e
+        raise AssertionError("end of the scripted watch")
+
+    return lister, watcher
+
+
+async def _collect(items: list[dict[str, Any]], events: list[WatchEvent], n: int) -> list[tuple[str, str]]:
+    lister, watcher = _stream(items, events)
+    out: list[tuple[str, str]] = []
+    async for e in list_and_watch(lister, watcher, transform=slim):
+        assert "labels" not in e["object"]["metadata"]  # only slim records come out
+        out.append((e["type"], e["object"]["metadata"]["name"]))
+        if len(out) == n:
+            break
+    return out
+
+
+async def test_a_transformed_stream_yields_only_pods_that_matter() -> None:
+    got = await _collect(
+        [pod("ours"), pod("other", scheduler="default-scheduler")],
+        [
+            {"type": "ADDED", "object": pod("other2", scheduler="default-scheduler", rv="2")},
+            {"type": "MODIFIED", "object": pod("ours", rv="3")},
+            {"type": "DELETED", "object": pod("other", scheduler="default-scheduler", rv="4")},
+            {"type": "DELETED", "object": pod("ours", rv="5")},
+        ],
+        3,
+    )
+    assert got == [("ADDED", "ours"), ("MODIFIED", "ours"), ("DELETED", "ours")]
+
+
+async def test_a_kept_pod_is_reported_deleted_even_if_its_last_state_no_longer_matters() -> None:
+    hami = pod("hami", scheduler="hami-scheduler", **HAMI)
+    plain = pod("hami", scheduler="hami-scheduler", rv="2")
+    got = await _collect([hami], [{"type": "DELETED", "object": plain}], 2)
+    assert got == [("ADDED", "hami"), ("DELETED", "hami")]
+
+
+async def test_a_kept_pod_that_stops_mattering_is_forgotten_without_an_event() -> None:
+    hami = pod("hami", scheduler="hami-scheduler", **HAMI)
+    plain = pod("hami", scheduler="hami-scheduler", rv="2")
+    got = await _collect(
+        [hami],
+        [
+            {"type": "MODIFIED", "object": plain},
+            {"type": "DELETED", "object": pod("hami", scheduler="hami-scheduler", rv="3")},
+            {"type": "ADDED", "object": pod("ours", rv="4")},
+        ],
+        2,
+    )
+    assert got == [("ADDED", "hami"), ("ADDED", "ours")]

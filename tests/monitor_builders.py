@@ -6,6 +6,7 @@ Must not know any one test's expectations; the unit and integration monitor test
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -91,22 +92,33 @@ def monitor_with(
 
 
 def promtool() -> str:
-    """promtool from $GPUBUS_PROMTOOL, PATH, or scripts/get-promtool (Debian's prometheus package)."""
-    explicit = os.environ.get("GPUBUS_PROMTOOL")
-    if explicit:
-        return explicit
-    found = shutil.which("promtool")
+    """promtool from $GPUBUS_PROMTOOL, PATH, or scripts/get-promtool (Debian's prometheus package).
+
+    Unavailable means skip, except where ``GPUBUS_REQUIRE_PROMTOOL`` is set (CI): there it fails.
+    """
+    found, why = _find_promtool()
     if found:
         return found
+    if os.environ.get("GPUBUS_REQUIRE_PROMTOOL"):
+        pytest.fail(f"promtool required but unavailable: {why}")
+    pytest.skip(f"promtool unavailable: {why}")
+
+
+@functools.cache
+def _find_promtool() -> tuple[str, str]:
+    """(path, "") or ("", why); looked up once per session so an unreachable registry costs one try."""
+    explicit = os.environ.get("GPUBUS_PROMTOOL") or shutil.which("promtool")
+    if explicit:
+        return explicit, ""
     try:
         done = subprocess.run(
-            [str(REPO / "scripts" / "get-promtool")], capture_output=True, text=True, timeout=120, check=False
+            [str(REPO / "scripts" / "get-promtool")], capture_output=True, text=True, timeout=300, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"promtool unavailable: scripts/get-promtool could not run: {e}")
+        return "", f"scripts/get-promtool could not run: {e}"
     if done.returncode != 0:
-        pytest.skip(f"promtool unavailable: scripts/get-promtool failed: {done.stderr.strip()[-300:]}")
-    return done.stdout.strip().splitlines()[-1]
+        return "", f"scripts/get-promtool failed: {done.stderr.strip()[-300:]}"
+    return done.stdout.strip().splitlines()[-1], ""
 
 
 def promtool_check(text: str) -> subprocess.CompletedProcess[str]:

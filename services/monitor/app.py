@@ -33,6 +33,7 @@ from shared.codec import from_wire
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
 from shared.model import Allocation
+from shared.service import bound_port
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,7 @@ class MonitorApp:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.metrics_bind, self.settings.metrics_port)
         await site.start()
-        addresses = self._runner.addresses
-        self.metrics_port = int(addresses[0][1]) if addresses else self.settings.metrics_port
+        self.metrics_port = bound_port(self._runner, default=self.settings.metrics_port)
         log.info("serving /metrics on %s:%d", self.settings.metrics_bind, self.metrics_port)
 
     # -- tasks ----------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from typing import Annotated
 
 import typer
@@ -20,6 +19,7 @@ from services.monitor.settings import MonitorSettings
 from shared.bus import Bus, BusSettings
 from shared.errors import BusUnavailable, GpubusError
 from shared.logs import setup_logging
+from shared.service import on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def monitor(  # noqa: PLR0917 - typer maps parameters to the command line
         bus_settings = (
             None
             if nats == "none"
-            else monitor_settings.load_bus({"url": nats, "creds_file": nats_creds, "tls_ca": nats_tls_ca})
+            else monitor_settings.load_bus(url=nats, creds_file=nats_creds, tls_ca=nats_tls_ca)
         )
     except GpubusError as e:
         typer.echo(f"error: {e}", err=True)
@@ -114,9 +114,7 @@ async def run(settings: MonitorSettings, bus_settings: BusSettings | None) -> No
         if bus is not None:
             await bus.ensure_schema()
         serving = asyncio.create_task(MonitorApp.build(settings, bus).run(), name="monitor-app")
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, serving.cancel)
+        on_stop_signals(serving.cancel)
         with contextlib.suppress(asyncio.CancelledError):
             await serving
     finally:

@@ -211,67 +211,67 @@ def _devices(views: list[NodeView]) -> Iterator[tuple[ContainerView, DeviceView]
                 yield c, d
 
 
+#: name -> (help, value of one node's monitor); label set ``["node"]``.
+NODE_GAUGES: dict[str, tuple[str, Callable[[MonitorLike], float]]] = {
+    "gpubus_monitor_containers": (
+        "Containers with usage in the last cycle",
+        lambda m: len(m.view.containers),
+    ),
+    "gpubus_monitor_unknown_containers": (
+        "Containers a source saw for pods not in the ledger",
+        lambda m: m.view.unknown_containers,
+    ),
+    "gpubus_monitor_unattributed_processes": (
+        "GPU processes not attributable to a ledger pod",
+        lambda m: m.stats.unattributed,
+    ),
+    "gpubus_monitor_ledger_pods": ("Pods in the allocation ledger of the node", lambda m: m.ledger_size),
+    "gpubus_monitor_cycle_seconds": ("Duration of the last collection cycle", lambda m: m.stats.last_cycle_s),
+    "gpubus_monitor_containers_over_limit": (
+        "Container device slices using more memory than their limit",
+        lambda m: len(m.view.over_limit()),
+    ),
+}
+NODE_COUNTERS: dict[str, tuple[str, Callable[[MonitorLike], float]]] = {
+    "gpubus_monitor_usage_events": ("usage.sample events emitted", lambda m: m.stats.usage_events),
+    "gpubus_monitor_over_limit_events": (
+        "usage.over_limit events emitted",
+        lambda m: m.stats.over_limit_events,
+    ),
+    "gpubus_monitor_cache_dirs_removed": (
+        "Cache directories of gone pods removed",
+        lambda m: m.stats.cache_dirs_removed,
+    ),
+    "gpubus_monitor_cleanup_errors": (
+        "Cache directories that could not be removed",
+        lambda m: m.stats.cleanup_errors,
+    ),
+    "gpubus_monitor_cycles": ("Collection cycles run", lambda m: m.stats.cycles),
+}
+
+
 def _own_families(monitors: list[MonitorLike]) -> Iterator[Metric]:
+    yield from _source_families(monitors)
+    yield from _node_families(monitors)
+
+
+def _source_families(monitors: list[MonitorLike]) -> Iterator[Metric]:
+    """Per (node, source): samples, failures, up; per (node, source, reason): skipped inputs."""
+    labels = ["node", "source"]
     samples = CounterMetricFamily(
-        "gpubus_monitor_samples", "Container usage readings accepted, per source", labels=["node", "source"]
+        "gpubus_monitor_samples", "Container usage readings accepted, per source", labels=labels
     )
     failures = CounterMetricFamily(
-        "gpubus_monitor_source_failures",
-        "Collections in which a usage source failed",
-        labels=["node", "source"],
+        "gpubus_monitor_source_failures", "Collections in which a usage source failed", labels=labels
     )
     up = GaugeMetricFamily(
-        "gpubus_monitor_source_up",
-        "1 if the usage source worked in the last cycle",
-        labels=["node", "source"],
+        "gpubus_monitor_source_up", "1 if the usage source worked in the last cycle", labels=labels
     )
     decode = CounterMetricFamily(
         "gpubus_monitor_decode_errors",
         "Inputs skipped because they could not be decoded (shared-region files)",
-        labels=["node", "source", "reason"],
+        labels=[*labels, "reason"],
     )
-    over = GaugeMetricFamily(
-        "gpubus_monitor_containers_over_limit",
-        "Container device slices using more memory than their limit",
-        labels=["node"],
-    )
-    node_gauges: dict[str, tuple[str, Callable[[MonitorLike], float]]] = {
-        "gpubus_monitor_containers": (
-            "Containers with usage in the last cycle",
-            lambda m: len(m.view.containers),
-        ),
-        "gpubus_monitor_unknown_containers": (
-            "Containers a source saw for pods not in the ledger",
-            lambda m: m.view.unknown_containers,
-        ),
-        "gpubus_monitor_unattributed_processes": (
-            "GPU processes not attributable to a ledger pod",
-            lambda m: m.stats.unattributed,
-        ),
-        "gpubus_monitor_ledger_pods": ("Pods in the allocation ledger of the node", lambda m: m.ledger_size),
-        "gpubus_monitor_cycle_seconds": (
-            "Duration of the last collection cycle",
-            lambda m: m.stats.last_cycle_s,
-        ),
-    }
-    node_counters: dict[str, tuple[str, Callable[[MonitorLike], float]]] = {
-        "gpubus_monitor_usage_events": ("usage.sample events emitted", lambda m: m.stats.usage_events),
-        "gpubus_monitor_over_limit_events": (
-            "usage.over_limit events emitted",
-            lambda m: m.stats.over_limit_events,
-        ),
-        "gpubus_monitor_cache_dirs_removed": (
-            "Cache directories of gone pods removed",
-            lambda m: m.stats.cache_dirs_removed,
-        ),
-        "gpubus_monitor_cleanup_errors": (
-            "Cache directories that could not be removed",
-            lambda m: m.stats.cleanup_errors,
-        ),
-        "gpubus_monitor_cycles": ("Collection cycles run", lambda m: m.stats.cycles),
-    }
-    gauges = [(GaugeMetricFamily(n, doc, labels=["node"]), fn) for n, (doc, fn) in node_gauges.items()]
-    counters = [(CounterMetricFamily(n, doc, labels=["node"]), fn) for n, (doc, fn) in node_counters.items()]
     for m in monitors:
         st = m.stats
         for source in sorted(set(st.samples) | set(st.source_up) | set(st.source_failures)):
@@ -280,13 +280,19 @@ def _own_families(monitors: list[MonitorLike]) -> Iterator[Metric]:
             up.add_metric([m.node, source], 1 if st.source_up.get(source, True) else 0)
         for (source, reason), count in sorted(st.decode_errors.items()):
             decode.add_metric([m.node, source, reason], count)
-        over.add_metric([m.node], len(m.view.over_limit()))
-        for gauge, fn in gauges:
-            gauge.add_metric([m.node], fn(m))
-        for counter, fn in counters:
-            counter.add_metric([m.node], fn(m))
-    yield from (samples, failures, up, decode, over)
-    yield from (family for family, _ in (*gauges, *counters))
+    yield from (samples, failures, up, decode)
+
+
+def _node_families(monitors: list[MonitorLike]) -> Iterator[Metric]:
+    """The per-node gauges and counters of :data:`NODE_GAUGES` and :data:`NODE_COUNTERS`."""
+    families: list[tuple[GaugeMetricFamily | CounterMetricFamily, Callable[[MonitorLike], float]]] = [
+        *((GaugeMetricFamily(n, doc, labels=["node"]), fn) for n, (doc, fn) in NODE_GAUGES.items()),
+        *((CounterMetricFamily(n, doc, labels=["node"]), fn) for n, (doc, fn) in NODE_COUNTERS.items()),
+    ]
+    for family, fn in families:
+        for m in monitors:
+            family.add_metric([m.node], fn(m))
+        yield family
 
 
 def make_registry(collector: MonitorCollector) -> CollectorRegistry:

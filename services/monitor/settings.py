@@ -15,9 +15,9 @@ from typing import Any
 
 from shared.bus import BusSettings
 from shared.config import SettingsError, environ_get, load_settings
+from shared.service import load_bus_settings
 
 ENV_PREFIX = "GPUBUS_MONITOR_"
-BUS_ENV_PREFIX = "GPUBUS_BUS_"
 
 
 class SourceKind(StrEnum):
@@ -90,7 +90,5 @@ def load(cli: Mapping[str, Any] | None = None, file: str | None = None) -> Monit
     return settings
 
 
-def load_bus(cli: Mapping[str, Any] | None = None) -> BusSettings:
-    return load_settings(
-        BusSettings, cli={"name": "gpubus-monitor", **(cli or {})}, env_prefix=BUS_ENV_PREFIX
-    )
+def load_bus(url: str | None = None, creds_file: str | None = None, tls_ca: str | None = None) -> BusSettings:
+    return load_bus_settings("gpubus-monitor", url=url, creds_file=creds_file, tls_ca=tls_ca)

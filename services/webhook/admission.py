@@ -145,9 +145,10 @@ def _admit_pod(
         if denial:
             return denial
         if s.scheduler_name:
+            # HAMi only refuses a preset node when it reroutes the pod to its own scheduler.
             new_spec["schedulerName"] = s.scheduler_name
-        if spec.get("nodeName"):
-            return _deny(Outcome.NODE_ASSIGNED, "pod has node assigned")
+            if spec.get("nodeName"):
+                return _deny(Outcome.NODE_ASSIGNED, "pod has node assigned")
     try:
         request = pod_request({**pod, "spec": new_spec}, s.names)
     except RequestError as e:

@@ -7,10 +7,8 @@ Nothing else in the webhook constructs long-lived resources.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
-import signal
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -23,6 +21,7 @@ from services.webhook.settings import WebhookSettings
 from services.webhook.tls import CertReloader
 from shared.bus import BusSettings
 from shared.kube import KubeClient
+from shared.service import bound_port, on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class Webhook:
             metrics=metrics,
             max_body_bytes=settings.max_body_bytes,
             source=settings.source,
-            bus_connected=lambda: bus.connected,
+            bus_state=lambda: bus.state,
         )
         runner = web.AppRunner(build_app(deps), access_log=None, handle_signals=False)
         await runner.setup()
@@ -68,7 +67,7 @@ class Webhook:
         except BaseException:
             await webhook.close()
             raise
-        webhook.port = _bound_port(runner)
+        webhook.port = bound_port(runner)
         bus.start()
         log.info("webhook serving %s on %s:%d", "HTTPS" if tls else "plain HTTP", settings.bind, webhook.port)
         return webhook
@@ -104,20 +103,10 @@ async def _kube(settings: WebhookSettings) -> KubeClient | None:
     return None
 
 
-def _bound_port(runner: web.AppRunner) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple):
-            return int(address[1])
-    return 0
-
-
 async def run(settings: WebhookSettings, bus_settings: BusSettings) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly."""
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    on_stop_signals(stop.set)
     webhook = await Webhook.start(settings, bus_settings)
     # Everything built so far lives as long as the process: keep the cyclic GC from rescanning it on
     # every collection, which otherwise shows up as admission tail latency.

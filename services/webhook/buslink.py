@@ -32,22 +32,33 @@ class EventSink(Protocol):
 class BusLink:
     """Owns the webhook's :class:`Bus`; buffers events until it exists."""
 
-    def __init__(self, settings: BusSettings, *, source: str, pending_limit: int = 10_000) -> None:
+    def __init__(self, settings: BusSettings, *, source: str, pending_limit: int | None = None) -> None:
         # Bus.connect keeps retrying while the timeout is 0; NATS may come up long after us.
         self._settings = dataclasses.replace(settings, initial_connect_timeout_s=0.0)
         self._source = source
         self._pending: deque[Event] = deque()
-        self._pending_limit = max(1, pending_limit)
+        # Same bound before the first connection as the bus's own outbox after it.
+        self._pending_limit = max(1, settings.outbox_limit if pending_limit is None else pending_limit)
         self._dropped_before_connect = 0
         self._bus: Bus | None = None
         self._task: asyncio.Task[None] | None = None
+        self.failed: BaseException | None = None
+        """Set when the connect task died of a bug: events stay buffered (and dropped past the bound)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._connect(), name="webhook-bus-connect")
+        self._task.add_done_callback(self._connect_done)
 
     @property
     def connected(self) -> bool:
         return self._bus is not None and self._bus.is_connected
+
+    @property
+    def state(self) -> str:
+        """``connected``, ``connecting`` or ``failed`` (for /readyz)."""
+        if self.failed is not None:
+            return "failed"
+        return "connected" if self.connected else "connecting"
 
     @property
     def dropped(self) -> int:
@@ -69,6 +80,12 @@ class BusLink:
                 await self._task
         if self._bus is not None:
             await self._bus.close()
+
+    def _connect_done(self, task: asyncio.Task[None]) -> None:
+        # Admission must go on without NATS, so a dead connect task is loud (log, /readyz) but not fatal.
+        if not task.cancelled() and task.exception() is not None:
+            self.failed = task.exception()
+            log.error("the webhook's NATS connect task died; events are no longer sent", exc_info=self.failed)
 
     async def _connect(self) -> None:
         while True:

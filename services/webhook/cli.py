@@ -12,12 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from shared.bus import BusSettings
 from shared.config import load_settings
 from shared.errors import BadInput, GpubusError
 from shared.logs import setup_logging
-
-BUS_ENV_PREFIX = "GPUBUS_BUS_"
+from shared.service import load_bus_settings
 
 Opt = typer.Option
 
@@ -82,11 +80,7 @@ def webhook(
     try:
         settings = load_settings(WebhookSettings, cli=cli, env_prefix=ENV_PREFIX, file=config)
         settings.admission()  # validates the core policy before anything starts
-        bus = load_settings(
-            BusSettings,
-            cli={"url": nats_url, "creds_file": nats_creds, "tls_ca": nats_tls_ca, "name": "gpubus-webhook"},
-            env_prefix=BUS_ENV_PREFIX,
-        )
+        bus = load_bus_settings("gpubus-webhook", url=nats_url, creds_file=nats_creds, tls_ca=nats_tls_ca)
     except (BadInput, ValueError) as e:
         raise typer.BadParameter(str(e)) from e
     setup_logging(settings.log_level, settings.log_json)

@@ -14,7 +14,9 @@ from shared.events import Event, PodAdmitted, PodRejected
 def event_for(decision: AdmissionDecision, request: AdmissionRequest, source: str = "") -> Event | None:
     if request.get("dryRun"):
         return None
-    meta = request.get("object", {}).get("metadata")
+    # ``object`` is null in DELETE/CONNECT reviews (a webhook registered for more than CREATE).
+    obj = request.get("object")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
     meta = meta if isinstance(meta, dict) else {}
     namespace = str(request.get("namespace") or meta.get("namespace") or "")
     name = str(request.get("name") or meta.get("name") or meta.get("generateName") or "")

@@ -40,7 +40,8 @@ class Deps:
     metrics: WebhookMetrics
     max_body_bytes: int
     source: str = "webhook"
-    bus_connected: Callable[[], bool] = lambda: False
+    bus_state: Callable[[], str] = lambda: "connecting"
+    """``connected``, ``connecting`` or ``failed``; reported by /readyz, never required."""
 
 
 def build_app(deps: Deps) -> web.Application:
@@ -126,6 +127,6 @@ async def _healthz(request: web.Request) -> web.Response:
 def _readyz_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def readyz(request: web.Request) -> web.Response:
         # Admission never depends on NATS, so the bus state is reported, not required.
-        return web.json_response({"ok": True, "bus": "connected" if deps.bus_connected() else "connecting"})
+        return web.json_response({"ok": True, "bus": deps.bus_state()})
 
     return readyz

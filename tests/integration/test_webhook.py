@@ -163,6 +163,17 @@ async def test_pod_without_gpu_gets_no_patch(ca: trustme.CA, cert_files: tuple[P
     assert status == 200 and body["response"] == {"uid": UID, "allowed": True}
 
 
+async def test_a_delete_review_with_a_null_object_is_allowed_not_errored(
+    ca: trustme.CA, cert_files: tuple[Path, Path]
+) -> None:
+    body = review(gpu_pod(), operation="DELETE", object=None, oldObject=gpu_pod())
+    async with serving(cert_files) as webhook, client(ca) as session:
+        status, answer = await post(session, webhook, body)
+        text = await metrics_text(session, webhook)
+    assert status == 200 and answer["response"] == {"uid": UID, "allowed": True}
+    assert 'gpubus_webhook_decisions_total{outcome="NotOurs"} 1.0' in text
+
+
 BAD_BODIES = [
     pytest.param(b"{not json", "not_json", id="not JSON"),
     pytest.param(b"[1, 2]", "not_a_review", id="a JSON list"),

@@ -303,6 +303,25 @@ def test_pod_without_gpu_may_name_its_node() -> None:
     assert run(pod(container(), nodeName="node-1")).allowed
 
 
+def test_a_preset_node_is_only_refused_when_the_webhook_reroutes_the_pod() -> None:
+    keep = AdmissionSettings(scheduler_name="")
+    d = run(pod(container(limits={GPU: 1}), nodeName="node-1"), keep)
+    assert (d.allowed, d.outcome, d.mutations) == (
+        True,
+        Outcome.ADMITTED,
+        ("/spec/containers/0/resources/limits/nvidia.com~1gpucores",),
+    )
+
+
+def test_gpu_container_after_a_plain_one_is_mutated_in_its_own_slot() -> None:
+    obj = pod(container("proxy"), container("train", limits={GPU: 1}), container("log"))
+    d = run(obj)
+    out = apply_patch(obj, d.patch)
+    assert limits_of(out, 0) == {} and limits_of(out, 2) == {}
+    assert limits_of(out, 1) == {GPU: 1, CORES: "100"}
+    assert d.requests == (None, ContainerRequest(nums=1, memreq=0, mempercentagereq=100, coresreq=100), None)
+
+
 @pytest.mark.parametrize(
     ("limits", "resource"),
     [

@@ -98,3 +98,26 @@ def test_dry_runs_and_pods_without_gpu_make_no_event() -> None:
     assert event_for(run(gpu), dry) is None
     plain = pod(container())
     assert event_for(run(plain), request(plain)) is None
+
+
+def test_pod_admitted_keeps_every_container_slot_when_the_gpu_container_is_not_first() -> None:
+    obj = pod(container("proxy"), container("train", limits={"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000}))
+    req = request(obj)
+    event = event_for(run(obj), req, "webhook")
+    assert isinstance(event, PodAdmitted)
+    assert (event.namespace, event.name, event.scheduler_name, event.source) == (
+        "ns",
+        "p",
+        "gpubus-scheduler",
+        "webhook",
+    )
+    assert event.requests[0] is None
+    assert event.requests[1] is not None and (event.requests[1].nums, event.requests[1].memreq) == (2, 3000)
+    assert "/spec/schedulerName" in event.mutations
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_reviews_with_a_null_object_make_no_event_and_do_not_crash(operation: str) -> None:
+    req = request(pod(container()), operation=operation)
+    req["object"] = None  # type: ignore[typeddict-item]
+    assert event_for(run(pod(container()), operation=operation), req) is None

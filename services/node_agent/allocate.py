@@ -21,6 +21,9 @@ SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
 OVERSUBSCRIBE = "CUDA_OVERSUBSCRIBE"
 LOG_LEVEL = "LIBCUDA_LOG_LEVEL"
 CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
+GDRCOPY = "NVIDIA_GDRCOPY"
+GDS = "NVIDIA_GDS"
+MOFED = "NVIDIA_MOFED"
 VGPU_LOCK = "/tmp/vgpulock"
 LD_PRELOAD_FILE = "/etc/ld.so.preload"
 
@@ -53,6 +56,12 @@ class AllocateConfig:
     """Host file name under ``<hook>/vgpu`` (``libvgpu.so.<version>`` when present)."""
     license_present: bool = False
     """``<hook>/vgpu/license`` exists: mount it and ``vgpuvalidator`` as HAMi does."""
+    gdrcopy: bool = False
+    """``NVIDIA_GDRCOPY=enabled`` (HAMi's ``--gdrcopy-enabled``)."""
+    gds: bool = False
+    """``NVIDIA_GDS=enabled`` (HAMi's ``--gds-enabled``)."""
+    mofed: bool = False
+    """``NVIDIA_MOFED=enabled`` (HAMi's ``--mofed-enabled``)."""
 
 
 def cache_dir(hook_path: str, pod_uid: str, container: str) -> str:
@@ -72,7 +81,12 @@ def build_container_response(
     cache_id: str,
     disable_control: bool = False,
 ) -> ContainerResponse:
-    """Envs and mounts for one container; ``cache_id`` is a fresh uuid4 chosen by the caller."""
+    """Envs and mounts for one container; ``cache_id`` is a fresh uuid4 chosen by the caller.
+
+    ``disable_control`` drops the ``/etc/ld.so.preload`` mount as HAMi does for a container whose
+    env sets ``CUDA_DISABLE_CONTROL=true``. The kubelet's Allocate carries no container env, so
+    the node-agent always passes False: HAMi-core is preloaded in every GPU container.
+    """
     if not devices:
         raise BadAllocateRequest(f"container {container} of pod {pod_uid} has no decided devices")
     vgpu = f"{config.hook_path}/vgpu"
@@ -95,6 +109,9 @@ def _envs(devices: Sequence[ContainerDevice], config: AllocateConfig, cache_file
         envs[CORE_POLICY] = "disable"
     elif config.core_policy in ("force", "disable"):
         envs[CORE_POLICY] = config.core_policy
+    for name, on in ((GDRCOPY, config.gdrcopy), (GDS, config.gds), (MOFED, config.mofed)):
+        if on:
+            envs[name] = "enabled"
     return envs
 
 

@@ -23,7 +23,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from services.node_agent.advertised import Advertised, Snapshot
 from services.node_agent.background import TaskSet
 from services.node_agent.discovery import DeviceSource, HealthChange, HealthInjector, HealthPolicy
-from services.node_agent.errors import DiscoveryError
+from services.node_agent.errors import DiscoveryError, clip
 from services.node_agent.handoff import Handoff
 from services.node_agent.kubelet import PluginServer
 from services.node_agent.metrics import NodeAgentMetrics
@@ -139,8 +139,13 @@ class NodeAgent:
         await self._reconcile_with_kubelet()
         if isinstance(self.source, HealthInjector):
             self._health_service = await self.bus.serve(health_subject(self.node), self._on_health_request)
-        await self.plugin.start()
-        self.tasks.spawn("kubelet-watch", self.plugin.run(), root=True)
+        self._count_malformed_xids()
+        if self.advertised.snapshot.devices:
+            await self.plugin.start()
+            self.tasks.spawn("kubelet-watch", self.plugin.run(), root=True)
+        else:
+            # As NVIDIA's plugin: with no devices there is no resource to register with the kubelet.
+            log.warning("no GPUs to advertise on %s; not registering with the kubelet", self.node)
         self.tasks.spawn("health", self._health_loop(), root=True)
         self.tasks.spawn("inventory", self._inventory_loop(), root=True)
         self._count_devices(self.advertised.snapshot)
@@ -161,6 +166,12 @@ class NodeAgent:
         await self.source.close()
         if self.pod_resources is not None:
             await self.pod_resources.close()
+
+    def _count_malformed_xids(self) -> None:
+        policy = HealthPolicy.parse(self.settings.disable_healthchecks, self.settings.enable_healthchecks)
+        if policy.malformed:
+            self.metrics.bad_requests.labels(method="healthchecks_setting").inc(len(policy.malformed))
+            log.warning("ignoring malformed XIDs in DP_DISABLE/ENABLE_HEALTHCHECKS: %s", policy.malformed)
 
     # -- decisions -----------------------------------------------------------------------------
     async def _on_event(self, event: Event) -> None:
@@ -285,22 +296,27 @@ class NodeAgent:
             change = self._parse_health_request(payload)
         except ValueError as e:
             self.metrics.bad_requests.labels(method="health_query").inc()
-            return json.dumps({"ok": False, "error": str(e)}).encode()
+            return json.dumps({"ok": False, "error": clip(str(e))}).encode()
         assert isinstance(self.source, HealthInjector)
         self.source.inject(change)
         return json.dumps({"ok": True, "uuid": change.uuid}).encode()
 
     def _parse_health_request(self, payload: bytes) -> HealthChange:
-        body = json.loads(payload)
+        try:
+            body = json.loads(payload)
+        except RecursionError as e:
+            raise ValueError("health request is not JSON: nested too deep") from e
+        except ValueError as e:
+            raise ValueError(f"health request is not JSON: {e}") from e
         if not isinstance(body, dict) or not isinstance(body.get("healthy"), bool):
             raise ValueError('expected {"uuid" or "index", "healthy": bool, "reason"}')
-        uuid = body.get("uuid")
-        if uuid is None and isinstance(body.get("index"), int):
-            uuid = self.advertised.physical_by_index(body["index"])
+        uuid, index = body.get("uuid"), body.get("index")
+        if uuid is None and isinstance(index, int) and not isinstance(index, bool):
+            uuid = self.advertised.physical_by_index(index)
         if not isinstance(uuid, str) or not self.advertised.known(uuid):
-            raise ValueError(f"no GPU {body.get('uuid', body.get('index'))!r} on node {self.node}")
+            raise ValueError(f"no GPU {clip(repr(body.get('uuid', index)))} on node {self.node}")
         return HealthChange(
-            uuid=DeviceUUID(uuid), healthy=body["healthy"], reason=str(body.get("reason", ""))
+            uuid=DeviceUUID(uuid), healthy=body["healthy"], reason=clip(str(body.get("reason", "")))
         )
 
     async def _inventory_loop(self) -> None:

@@ -37,6 +37,12 @@ def node_agent(
     gpu_core_policy: Annotated[str | None, Opt(help="default, force or disable.")] = None,
     resource_name: Annotated[str | None, Opt(help="Extended resource (default nvidia.com/gpu).")] = None,
     hook_path: Annotated[str | None, Opt(help="Host dir with vgpu/libvgpu.so (default /usr/local).")] = None,
+    libvgpu_version: Annotated[
+        str | None, Opt(help="Mount vgpu/libvgpu.so.<this> when present (HAMi's versioned copy).")
+    ] = None,
+    gdrcopy_enabled: Annotated[bool | None, Opt("--gdrcopy-enabled", help="NVIDIA_GDRCOPY=enabled.")] = None,
+    gds_enabled: Annotated[bool | None, Opt("--gds-enabled", help="NVIDIA_GDS=enabled.")] = None,
+    mofed_enabled: Annotated[bool | None, Opt("--mofed-enabled", help="NVIDIA_MOFED=enabled.")] = None,
     plugin_dir: Annotated[str | None, Opt(help="Kubelet device plugin directory.")] = None,
     pod_resources_socket: Annotated[str | None, Opt(help="Kubelet pod resources socket ('' = off).")] = None,
     node_config_file: Annotated[str | None, Opt(help="HAMi per-node config.json.")] = None,

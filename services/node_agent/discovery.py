@@ -7,7 +7,7 @@ without a GPU; the NVML adapter only feeds them. Nothing here knows gRPC, NATS o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -57,28 +57,62 @@ class HealthInjector(Protocol):
     def inject(self, change: HealthChange) -> None: ...
 
 
+#: Key of the "every XID" switch in a policy's table (XID 0 does not exist; NVIDIA uses it the same way).
+ALL_XIDS = 0
+
+
+def _xid_words(value: str) -> tuple[dict[int, bool], tuple[str, ...]]:
+    """``"all"``/``"xids"`` -> {ALL_XIDS: True}; else each decimal XID -> True; plus the malformed words."""
+    table: dict[int, bool] = {}
+    malformed: list[str] = []
+    for raw in value.lower().split(","):
+        word = raw.strip()
+        if word in ("all", "xids"):
+            return {ALL_XIDS: True}, ()
+        if not word:
+            continue
+        if word.isascii() and word.isdigit() and int(word) < 2**64:
+            table[int(word)] = True
+        else:
+            malformed.append(word[:32])
+    return table, tuple(malformed)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthPolicy:
-    """Which XIDs mark a device unhealthy, from DP_DISABLE_HEALTHCHECKS / DP_ENABLE_HEALTHCHECKS."""
+    """Which XIDs mark a device unhealthy: ``DP_DISABLE_HEALTHCHECKS``/``DP_ENABLE_HEALTHCHECKS``.
 
-    enabled: bool = True
-    ignored: frozenset[int] = HAMI_IGNORED_XIDS
+    Exactly the NVIDIA device plugin's rule (``internal/rm/health.go``): ``disabled`` maps an XID
+    to True (ignored) or False (watched); :data:`ALL_XIDS` stands for every XID not listed.
+    """
+
+    disabled: Mapping[int, bool] = field(default_factory=lambda: dict.fromkeys(HAMI_IGNORED_XIDS, True))
+    malformed: tuple[str, ...] = ()
+    """Words of either variable that are neither ``all``/``xids`` nor an XID (ignored, as NVIDIA does)."""
 
     @classmethod
     def parse(cls, disable: str, enable: str) -> HealthPolicy:
-        """``disable``: ``all``/``xids`` switch XID checks off, numbers are ignored too; ``enable`` wins."""
-        words = {w.strip().lower() for w in disable.split(",") if w.strip()}
-        if words & {"all", "xids"}:
-            return cls(enabled=False)
-        ignored = set(HAMI_IGNORED_XIDS) | {int(w) for w in words if w.isdigit()}
-        enable_words = {w.strip().lower() for w in enable.split(",") if w.strip()}
-        if "all" in enable_words:
-            ignored.clear()
-        ignored -= {int(w) for w in enable_words if w.isdigit()}
-        return cls(ignored=frozenset(ignored))
+        """``disable``: ``all``/``xids`` or XIDs ignored besides HAMi's; ``enable``: ``all`` or XIDs watched.
+
+        An enabled XID wins over a disabled or default-ignored one; ``enable=all`` watches every
+        XID, even HAMi's application errors. ``disable=all`` with an enable *list* stays off, as in
+        NVIDIA's plugin (its ``IsAllDisabled`` only looks at the ``all`` switch).
+        """
+        disabled, bad_disable = _xid_words(disable)
+        enabled, bad_enable = _xid_words(enable)
+        disabled.update(dict.fromkeys(HAMI_IGNORED_XIDS, True))
+        disabled.update(dict.fromkeys(enabled, False))
+        return cls(disabled=disabled, malformed=bad_disable + bad_enable)
+
+    @property
+    def enabled(self) -> bool:
+        """False when XID health checks are switched off entirely."""
+        return not self.disabled.get(ALL_XIDS, False)
 
     def is_critical(self, xid: int) -> bool:
-        return self.enabled and xid not in self.ignored
+        if self.disabled.get(ALL_XIDS) is False:
+            return True
+        return not self.disabled.get(xid, not self.enabled)
 
 
 @dataclass(slots=True)
@@ -91,6 +125,7 @@ class HealthTracker:
     policy: HealthPolicy
     recovery_s: float
     _unhealthy_since: dict[DeviceUUID, float] = field(default_factory=dict)
+    _unwatched: set[DeviceUUID] = field(default_factory=set)
 
     def on_xid(self, uuid: DeviceUUID, xid: int, now: float) -> HealthChange | None:
         if not self.policy.is_critical(xid):
@@ -105,10 +140,15 @@ class HealthTracker:
         self._unhealthy_since[uuid] = now
         return HealthChange(uuid=uuid, healthy=False, reason=reason) if was_healthy else None
 
+    def on_unwatchable(self, uuid: DeviceUUID, now: float, reason: str) -> HealthChange | None:
+        """XID events of the device cannot be watched: unhealthy for good, as NVIDIA's plugin has it."""
+        self._unwatched.add(uuid)
+        return self.on_lost(uuid, now, reason)
+
     def on_probe_ok(self, uuid: DeviceUUID, now: float) -> HealthChange | None:
         """The device answered NVML; it recovers once ``recovery_s`` passed without a critical event."""
         since = self._unhealthy_since.get(uuid)
-        if since is None or now - since < self.recovery_s:
+        if since is None or uuid in self._unwatched or now - since < self.recovery_s:
             return None
         del self._unhealthy_since[uuid]
         return HealthChange(uuid=uuid, healthy=True, reason=f"no critical event for {self.recovery_s:g}s")

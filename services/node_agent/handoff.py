@@ -6,6 +6,11 @@ the host side effects of an answer (the per-container cache directory) and the
 never waits on NATS). Finished pods go to ``on_done(allocation, completed)``: completed, or None when refused
 (the app releases leases and verifies completed ones).
 It knows neither gRPC nor the NATS client: the servicer and the app sit on either side.
+
+Cache directories (``<hook>/vgpu/containers/<podUID>_<ctr>``) are created here and never deleted
+here: HAMi-core's shared region lives in them while the container runs, and the monitor, which
+sees which pods still exist, removes them. Decisions from the bus are checked once on arrival
+(:func:`decision_problem`); a broken one is counted, failed and released, never served.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from services.node_agent.errors import (
     BadAllocateRequest,
     DecisionMismatch,
     NoDecision,
+    clip,
 )
 from services.node_agent.metrics import NodeAgentMetrics
-from services.node_agent.pending import Completed, PendingTable, Slot
+from services.node_agent.pending import Completed, PendingTable, Slot, decision_problem
 from services.node_agent.settings import NodeAgentSettings
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.model import Allocation, DeviceUUID, PodUID
@@ -52,13 +58,19 @@ _OUTCOMES: dict[type[Exception], str] = {
 
 def allocate_config(settings: NodeAgentSettings) -> AllocateConfig:
     """Response inputs from settings plus what exists under the hook path (read once, at start)."""
+    vgpu = Path(settings.hook_path) / "vgpu"
+    versioned = f"libvgpu.so.{settings.libvgpu_version}"
     return AllocateConfig(
         hook_path=settings.hook_path,
         memory_scaling=settings.device_memory_scaling,
         disable_core_limit=settings.disable_core_limit,
         core_policy=settings.gpu_core_policy,
         lib_cuda_log_level=settings.lib_cuda_log_level,
-        license_present=(Path(settings.hook_path) / "vgpu" / "license").exists(),
+        libvgpu_file=versioned if settings.libvgpu_version and (vgpu / versioned).is_file() else "libvgpu.so",
+        license_present=(vgpu / "license").exists(),
+        gdrcopy=settings.gdrcopy_enabled,
+        gds=settings.gds_enabled,
+        mofed=settings.mofed_enabled,
     )
 
 
@@ -78,6 +90,7 @@ class Handoff:
         self._wait_s = settings.allocate_wait_s
         self._config = allocate_config(settings)
         self._uuid_of = uuid_of
+        self._gpus = frozenset(uuid_of.values())
         self._emit = emit
         self._metrics = metrics
         self._on_done = on_done
@@ -88,7 +101,7 @@ class Handoff:
 
     # -- decisions (from the bus) ----------------------------------------------------------
     def decided(self, allocation: Allocation) -> None:
-        if self.table.add(allocation):
+        if self._acceptable(allocation, "allocation_event") and self.table.add(allocation):
             self._prepare_cache_dirs(allocation)
             log.info(
                 "pending decision for pod %s/%s (%s)",
@@ -104,11 +117,26 @@ class Handoff:
             self._wake()
 
     def rebuild(self, allocations: Iterable[Allocation]) -> int:
-        added = [a for a in allocations if self.table.add(a)]
+        added = [a for a in allocations if self._acceptable(a, "allocations_kv") and self.table.add(a)]
         for allocation in added:
             self._prepare_cache_dirs(allocation)
         self._wake()
         return len(added)
+
+    def _acceptable(self, allocation: Allocation, where: str) -> bool:
+        """False for a decision that is not ours; a broken one is also counted, failed and released."""
+        if not self.table.concerns(allocation):
+            return False
+        problem = decision_problem(allocation, self._gpus)
+        if problem is None:
+            return True
+        self._metrics.bad_requests.labels(method=where).inc()
+        log.warning("decision for pod %s/%s refused: %s", allocation.namespace, allocation.name, problem)
+        self.table.release(allocation.pod_uid)
+        self._wake()
+        self._emit_failed(f"decision refused by the node-agent: {problem}", allocation)
+        self._on_done(allocation, None)
+        return False
 
     def _prepare_cache_dirs(self, allocation: Allocation) -> None:
         """Create the containers' cache directories now, off the Allocate path (it re-checks)."""
@@ -155,10 +183,12 @@ class Handoff:
         if not device_ids:
             raise BadAllocateRequest("container request without device ids")
         if len(set(device_ids)) != len(device_ids):
-            raise BadAllocateRequest(f"duplicate device ids in {list(device_ids)}")
+            raise BadAllocateRequest(f"duplicate device ids in {clip(str(list(device_ids)))}")
         unknown = [i for i in device_ids if i not in self._uuid_of]
         if unknown:
-            raise BadAllocateRequest(f"unknown device id {unknown[0]!r}: not advertised by node {self._node}")
+            raise BadAllocateRequest(
+                f"unknown device id {clip(unknown[0])!r}: not advertised by node {self._node}"
+            )
         return [self._uuid_of[i] for i in device_ids]
 
     async def allocate(self, device_ids: Sequence[str]) -> ContainerResponse:
@@ -244,18 +274,21 @@ class Handoff:
     def _failed(self, error: Exception, slot: Slot | None, device_ids: Sequence[str]) -> None:
         outcome = _OUTCOMES.get(type(error), "failed")
         self._metrics.allocations.labels(outcome=outcome).inc()
-        log.warning("Allocate %s refused: %s", list(device_ids), error)
+        log.warning("Allocate %s refused: %s", clip(str(list(device_ids))), error)
         pod = slot.allocation if slot is not None else None
+        self._emit_failed(str(error), pod)
+        if pod is not None:
+            self.table.release(pod.pod_uid)
+            self._wake()
+            self._on_done(pod, None)
+
+    def _emit_failed(self, reason: str, pod: Allocation | None) -> None:
         self._emit(
             AllocationFailed(
                 node=self._node,
-                reason=str(error),
+                reason=reason,
                 pod_uid=pod.pod_uid if pod else "",
                 namespace=pod.namespace if pod else "",
                 name=pod.name if pod else "",
             )
         )
-        if pod is not None:
-            self.table.release(pod.pod_uid)
-            self._wake()
-            self._on_done(pod, None)

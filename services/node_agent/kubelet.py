@@ -19,8 +19,9 @@ import grpc
 
 from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
+from services.node_agent.errors import PluginSocketError
 from services.node_agent.metrics import NodeAgentMetrics
-from services.node_agent.plugin import DevicePluginServicer, options
+from services.node_agent.plugin import DevicePluginServicer
 from services.node_agent.settings import NodeAgentSettings
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,21 @@ class PluginServer:
 
     async def _serve(self) -> None:
         await self._stop_server()
-        with contextlib.suppress(FileNotFoundError):
-            self._socket.unlink()
-        self._socket.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                self._socket.unlink()
+            self._socket.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PluginSocketError(f"cannot prepare the device plugin socket {self._socket}: {e}") from e
         server = grpc.aio.server()
         pb_grpc.add_DevicePluginServicer_to_server(self._servicer, server)
-        server.add_insecure_port(f"unix:{self._socket}")
+        try:
+            server.add_insecure_port(f"unix:{self._socket}")
+        except RuntimeError as e:  # grpc's only signal that it cannot bind
+            raise PluginSocketError(
+                f"cannot serve the device plugin on {self._socket}: unix socket paths must be "
+                "under 108 bytes and their directory writable"
+            ) from e
         await server.start()
         self._server = server
         self._socket_inode = _inode(self._socket)
@@ -95,7 +105,7 @@ class PluginServer:
             version=VERSION,
             endpoint=self._settings.socket_name,
             resource_name=self._settings.resource_name,
-            options=options(self._settings.enable_preferred_allocation),
+            options=self._servicer.options,
         )
         try:
             async with grpc.aio.insecure_channel(f"unix:{kubelet}") as channel:

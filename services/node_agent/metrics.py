@@ -41,7 +41,8 @@ class NodeAgentMetrics:
         )
         self.bad_requests = Counter(
             "gpubus_node_agent_bad_requests",
-            "Malformed kubelet or query input, by method",
+            "Malformed outside input refused or ignored, by edge (Allocate, GetPreferredAllocation, "
+            "health_query, allocation_event, allocations_kv, healthchecks_setting)",
             ["method"],
             registry=r,
         )

@@ -92,45 +92,65 @@ class NvmlSource:
 
     async def health_changes(self) -> AsyncIterator[HealthChange]:
         if not self._policy.enabled:
-            log.info("XID health checks are disabled")
+            log.info("XID health checks are disabled (DP_DISABLE_HEALTHCHECKS)")
             return
-        event_set = await asyncio.to_thread(self._register_events)
+        event_set, unwatched = await asyncio.to_thread(self._register_events)
         try:
+            for change in unwatched:
+                yield change
             while not self._closed:
                 for change in await asyncio.to_thread(self._wait_once, event_set):
                     yield change
         finally:
             await asyncio.to_thread(pynvml.nvmlEventSetFree, event_set)
 
-    def _register_events(self) -> Any:
+    def _register_events(self) -> tuple[Any, list[HealthChange]]:
         event_set = pynvml.nvmlEventSetCreate()
+        changes: list[HealthChange] = []
         for device in self._devices:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(device.uuid)
             try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(device.uuid)
                 pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
             except pynvml.NVMLError as e:
                 # A device we cannot watch could fail unseen; NVIDIA's plugin marks it unhealthy too.
-                log.warning("cannot watch XID events of %s: %s", device.uuid, e)
-                self._tracker.on_lost(device.uuid, time.monotonic(), f"cannot watch XID events: {e}")
-        return event_set
+                log.warning("cannot watch XID events of %s: %s; marking it unhealthy", device.uuid, e)
+                change = self._tracker.on_unwatchable(device.uuid, time.monotonic(), f"no XID events: {e}")
+                if change is not None:
+                    changes.append(change)
+        return event_set, changes
 
     def _wait_once(self, event_set: Any) -> list[HealthChange]:
-        changes: list[HealthChange] = []
         now = time.monotonic()
         try:
             data = pynvml.nvmlEventSetWait_v2(event_set, _WAIT_MS)
         except pynvml.NVMLError_Timeout:
             data = None
         except pynvml.NVMLError as e:
-            log.warning("NVML event wait failed: %s", e)
-            data = None
-        if data is not None and data.eventType == pynvml.nvmlEventTypeXidCriticalError:
+            # As NVIDIA's plugin: a broken event wait means we are blind, so every device is suspect.
+            log.warning("NVML event wait failed: %s; marking every device unhealthy", e)
+            time.sleep(_WAIT_MS / 1000)  # in the worker thread: do not spin on a broken event set
+            return self._all_lost(now, f"NVML event wait failed: {e}") + self._probe_unhealthy(now)
+        changes = self._on_event(data, now) if data is not None else []
+        return changes + self._probe_unhealthy(now)
+
+    def _on_event(self, data: Any, now: float) -> list[HealthChange]:
+        if data.eventType != pynvml.nvmlEventTypeXidCriticalError:
+            return []
+        xid = int(data.eventData)
+        if not self._policy.is_critical(xid):
+            log.info("ignoring XID %d (HAMi/NVIDIA application error or DP_DISABLE_HEALTHCHECKS)", xid)
+            return []
+        try:
             uuid = DeviceUUID(_text(pynvml.nvmlDeviceGetUUID(data.device)))
-            change = self._tracker.on_xid(uuid, int(data.eventData), now)
-            if change is not None:
-                changes.append(change)
-        changes.extend(self._probe_unhealthy(now))
-        return changes
+        except pynvml.NVMLError as e:
+            log.warning("XID %d on a device NVML cannot name (%s); marking every device unhealthy", xid, e)
+            return self._all_lost(now, f"XID {xid} on an unknown device")
+        change = self._tracker.on_xid(uuid, xid, now)
+        return [change] if change is not None else []
+
+    def _all_lost(self, now: float, reason: str) -> list[HealthChange]:
+        changes = (self._tracker.on_lost(d.uuid, now, reason) for d in self._devices)
+        return [c for c in changes if c is not None]
 
     def _probe_unhealthy(self, now: float) -> list[HealthChange]:
         changes: list[HealthChange] = []

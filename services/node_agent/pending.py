@@ -10,13 +10,35 @@ Pure state, no I/O, no clocks.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision
-from shared.model import Allocation, AllocationState, ContainerDevice, PodUID
+from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision, clip
+from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, PodUID
 
 NO_DECISION = "no allocation decided for this node"
+
+
+def decision_problem(allocation: Allocation, gpus: Collection[DeviceUUID]) -> str | None:
+    """Why a decision from the bus cannot be served on this node (None when it can).
+
+    The codec checks types only; these are the promises the handoff relies on: one container
+    name per slot, names usable in a cache directory path, GPUs this node advertises, sane limits.
+    """
+    if len(allocation.containers) != len(allocation.devices):
+        return f"{len(allocation.containers)} container names for {len(allocation.devices)} device slots"
+    names = [c for c, devices in zip(allocation.containers, allocation.devices, strict=True) if devices]
+    bad = next((c for c in names if not c or "/" in c or c in (".", "..")), None)
+    if bad is not None or len(set(names)) != len(names):
+        return f"container names {clip(str(names))} are empty, repeated or not path-safe"
+    if not allocation.pod_uid or "/" in allocation.pod_uid or allocation.pod_uid in (".", ".."):
+        return f"pod UID {clip(allocation.pod_uid)!r} is not path-safe"
+    for device in (d for slot in allocation.devices for d in slot):
+        if device.uuid not in gpus:
+            return f"GPU {clip(device.uuid)!r} is not advertised by this node"
+        if device.usedmem < 0 or not 0 <= device.usedcores <= 100:
+            return f"GPU {device.uuid}: memory {device.usedmem} MiB or cores {device.usedcores}% out of range"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,11 +102,18 @@ class PendingTable:
     def __contains__(self, pod_uid: object) -> bool:
         return pod_uid in self._pods
 
+    def concerns(self, allocation: Allocation) -> bool:
+        """A decision for this node with GPUs, for a pod not already finished here."""
+        return (
+            allocation.node == self._node
+            and allocation.state == AllocationState.DECIDED
+            and allocation.pod_uid not in self._finished
+            and any(allocation.devices)
+        )
+
     def add(self, allocation: Allocation) -> bool:
         """Keep a decided allocation for this node; a re-delivered identical one keeps its progress."""
-        if allocation.node != self._node or allocation.state != AllocationState.DECIDED:
-            return False
-        if allocation.pod_uid in self._finished or not any(allocation.devices):
+        if not self.concerns(allocation):
             return False
         current = self._pods.get(allocation.pod_uid)
         if current is not None and current.allocation.devices == allocation.devices:

@@ -61,6 +61,16 @@ def list_response(snapshot: Snapshot) -> pb.ListAndWatchResponse:
     return pb.ListAndWatchResponse(devices=devices)
 
 
+def preferred_request_problem(req: pb.ContainerPreferredAllocationRequest) -> str | None:
+    """Why a GetPreferredAllocation container request makes no sense (None when it does)."""
+    size, available, must = req.allocation_size, len(req.available_deviceIDs), len(req.must_include_deviceIDs)
+    if size <= 0 or size > available + must:
+        return f"allocation size {size} with {available} available devices"
+    if must > size:
+        return f"{must} must-include devices for an allocation of {size}"
+    return None
+
+
 def container_response(response: ContainerResponse) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs=dict(response.envs),
@@ -80,12 +90,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
         self._advertised = advertised
         self._handoff = handoff
         self._metrics = metrics
-        self._options = options(preferred)
+        self.options = options(preferred)
+        """Sent in Register and returned by GetDevicePluginOptions: one value, so they never differ."""
 
     async def GetDevicePluginOptions(
         self, request: pb.Empty, context: grpc.aio.ServicerContext
     ) -> pb.DevicePluginOptions:
-        return self._options
+        return self.options
 
     async def ListAndWatch(
         self, request: pb.Empty, context: grpc.aio.ServicerContext
@@ -101,15 +112,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
     ) -> pb.PreferredAllocationResponse:
         answers = []
         for req in request.container_requests:
-            if req.allocation_size <= 0 or req.allocation_size > len(req.available_deviceIDs) + len(
-                req.must_include_deviceIDs
-            ):
+            problem = preferred_request_problem(req)
+            if problem is not None:
                 self._metrics.bad_requests.labels(method="GetPreferredAllocation").inc()
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"allocation size {req.allocation_size} with "
-                    f"{len(req.available_deviceIDs)} available devices",
-                )
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
             ids = await self._handoff.preferred(
                 list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
             )

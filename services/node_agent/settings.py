@@ -18,6 +18,10 @@ from shared.config import SettingsError, coerce, environ_get, load_settings
 
 ENV_PREFIX = "GPUBUS_NODE_AGENT_"
 
+#: Replicas per GPU at most: keeps ``<UUID>-<i>`` within the kubelet's 63-character device ID
+#: (40 + 1 + 3) and a ListAndWatch message of 8 GPUs far below gRPC's 4 MiB default.
+MAX_SPLIT_COUNT = 1000
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeAgentSettings:
@@ -49,6 +53,14 @@ class NodeAgentSettings:
     """Extended resource the kubelet advertises (HAMi's ``resourceCountName``)."""
     hook_path: str = "/usr/local"
     """Host directory holding ``vgpu/libvgpu.so`` (HAMi's ``HOOK_PATH``)."""
+    libvgpu_version: str = ""
+    """Mount ``<hook>/vgpu/libvgpu.so.<this>`` when that file exists at start (HAMi's versioned copy)."""
+    gdrcopy_enabled: bool = False
+    """Set ``NVIDIA_GDRCOPY=enabled`` in every GPU container (HAMi's ``--gdrcopy-enabled``)."""
+    gds_enabled: bool = False
+    """Set ``NVIDIA_GDS=enabled`` in every GPU container (HAMi's ``--gds-enabled``)."""
+    mofed_enabled: bool = False
+    """Set ``NVIDIA_MOFED=enabled`` in every GPU container (HAMi's ``--mofed-enabled``)."""
     plugin_dir: str = "/var/lib/kubelet/device-plugins"
     """Directory of the kubelet's and our device plugin sockets."""
     plugin_socket_name: str = ""
@@ -126,8 +138,10 @@ def validate(settings: NodeAgentSettings) -> NodeAgentSettings:
     """Refuse values that would make the agent advertise nonsense."""
     if not settings.node_name:
         raise SettingsError("node name is required (--node-name or NODE_NAME)")
-    if settings.device_split_count < 1:
-        raise SettingsError(f"device split count must be >= 1, got {settings.device_split_count}")
+    if not 1 <= settings.device_split_count <= MAX_SPLIT_COUNT:
+        raise SettingsError(
+            f"device split count must be 1..{MAX_SPLIT_COUNT}, got {settings.device_split_count}"
+        )
     if settings.device_memory_scaling <= 0 or settings.device_core_scaling <= 0:
         raise SettingsError("device memory and core scaling must be > 0")
     if settings.gpu_core_policy not in ("default", "force", "disable"):
@@ -136,6 +150,16 @@ def validate(settings: NodeAgentSettings) -> NodeAgentSettings:
         )
     if "/" not in settings.resource_name:
         raise SettingsError(f"resource name {settings.resource_name!r} must look like domain/name")
+    for name in ("heartbeat_s", "watch_interval_s"):
+        if getattr(settings, name) <= 0:
+            raise SettingsError(f"{name} must be > 0 seconds, got {getattr(settings, name)}")
+    for name in ("allocate_wait_s", "verify_delay_s", "health_recovery_s"):
+        if getattr(settings, name) < 0:
+            raise SettingsError(f"{name} must be >= 0 seconds, got {getattr(settings, name)}")
+    if "/" in settings.libvgpu_version:
+        raise SettingsError(f"libvgpu version {settings.libvgpu_version!r} must not contain '/'")
+    if not 0 <= settings.metrics_port <= 65535:
+        raise SettingsError(f"metrics port must be 0..65535, got {settings.metrics_port}")
     return settings
 
 

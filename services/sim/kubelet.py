@@ -197,6 +197,10 @@ class SimKubelet:
         except grpc.aio.AioRpcError as e:
             await channel.close()
             return f"cannot reach plugin at {socket}: {e.code().name}"
+        if options != request.options:
+            # The kubelet acts on Register's options; a plugin answering differently is broken.
+            await channel.close()
+            return f"options in Register ({request.options}) differ from GetDevicePluginOptions ({options})"
         endpoint = _Endpoint(
             resource=request.resource_name, socket=socket, channel=channel, stub=stub, options=options
         )

@@ -1,12 +1,16 @@
 """The Allocate core: HAMi-core env vars and mounts, preferred replicas, and pod matching.
 
-Cases: one and several devices; scaling, core policy and license switches; the cache
-directory path and its bad inputs; preferred replicas with and without must-include;
-matching by device count, ambiguity narrowed by UUIDs, refusals with operator messages,
-re-delivered and released decisions, completion.
+Cases: one and several devices; scaling, core policy, license, GDRCOPY/GDS/MOFED switches;
+the versioned libvgpu.so and license found on the host at start; the cache directory path and
+its bad inputs; decisions from the bus that cannot be served (and why); preferred replicas
+with and without must-include; matching by device count, ambiguity refused (never guessed),
+refusals with operator messages, re-delivered and released decisions, completion.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +21,16 @@ from services.node_agent.allocate import (
     cache_dir,
     preferred_replicas,
 )
-from services.node_agent.errors import AmbiguousDecision, BadAllocateRequest, DecisionMismatch, NoDecision
-from services.node_agent.pending import NO_DECISION, PendingTable
+from services.node_agent.errors import (
+    AmbiguousDecision,
+    BadAllocateRequest,
+    DecisionMismatch,
+    NoDecision,
+    clip,
+)
+from services.node_agent.handoff import allocate_config
+from services.node_agent.pending import NO_DECISION, PendingTable, decision_problem
+from services.node_agent.settings import NodeAgentSettings
 from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
 
 A = DeviceUUID("GPU-aaaaaaaa-0000-0000-0000-000000000001")
@@ -120,6 +132,39 @@ def test_license_adds_its_mounts_and_disable_control_drops_preload() -> None:
     paths = [m.container_path for m in r.mounts]
     assert "/etc/ld.so.preload" not in paths
     assert paths[-2:] == ["/tmp/license", "/usr/bin/vgpuvalidator"]
+
+
+def test_gdrcopy_gds_and_mofed_flags_are_passed_as_hami_does() -> None:
+    config = AllocateConfig(gdrcopy=True, gds=True, mofed=True)
+    envs = build_container_response([dev(A)], config, pod_uid="u", container="c", cache_id="x").envs
+    assert (envs["NVIDIA_GDRCOPY"], envs["NVIDIA_GDS"], envs["NVIDIA_MOFED"]) == ("enabled",) * 3
+    plain = build_container_response([dev(A)], AllocateConfig(), pod_uid="u", container="c", cache_id="x")
+    assert not {"NVIDIA_GDRCOPY", "NVIDIA_GDS", "NVIDIA_MOFED"} & set(plain.envs)
+
+
+def _libvgpu_mount(config: AllocateConfig) -> str:
+    r = build_container_response([dev(A)], config, pod_uid="u", container="c", cache_id="x")
+    return next(m.host_path for m in r.mounts if m.container_path.endswith("/vgpu/libvgpu.so"))
+
+
+def test_versioned_libvgpu_is_mounted_when_the_host_has_it(tmp_path: Path) -> None:
+    vgpu = tmp_path / "vgpu"
+    vgpu.mkdir()
+    settings = NodeAgentSettings(node_name="n", hook_path=str(tmp_path), libvgpu_version="2.8.0")
+    assert _libvgpu_mount(allocate_config(settings)) == f"{vgpu}/libvgpu.so"
+    (vgpu / "libvgpu.so.2.8.0").write_bytes(b"")
+    assert _libvgpu_mount(allocate_config(settings)) == f"{vgpu}/libvgpu.so.2.8.0"
+    unversioned = dataclasses.replace(settings, libvgpu_version="")
+    assert _libvgpu_mount(allocate_config(unversioned)) == f"{vgpu}/libvgpu.so"
+
+
+def test_license_file_on_the_host_and_hami_flags_reach_the_config(tmp_path: Path) -> None:
+    settings = NodeAgentSettings(node_name="n", hook_path=str(tmp_path), gds_enabled=True)
+    assert not allocate_config(settings).license_present
+    (tmp_path / "vgpu").mkdir()
+    (tmp_path / "vgpu" / "license").write_text("k")
+    config = allocate_config(settings)
+    assert config.license_present and config.gds and not (config.gdrcopy or config.mofed)
 
 
 @pytest.mark.parametrize(("uid", "ctr"), [("", "c"), ("u", ""), ("../x", "c"), ("u", ".."), ("u", "a/b")])
@@ -236,3 +281,39 @@ def test_reconcile_marks_containers_the_kubelet_already_holds() -> None:
     assert table.choose(1).container == "c1"
     assert table.mark_containers(PodUID("p"), ["c1"]) is not None
     assert len(table) == 0
+
+
+# -- decisions that cannot be served -----------------------------------------------------------------
+
+GPUS = frozenset({A, B})
+
+
+def _broken(**changes: object) -> Allocation:
+    return dataclasses.replace(allocation("p", (dev(A),), (dev(B),)), **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("decision", "reason"),
+    [
+        (_broken(containers=("c0",)), "1 container names for 2 device slots"),
+        (_broken(containers=("c0", "c0")), "empty, repeated or not path-safe"),
+        (_broken(containers=("c0", "../etc")), "empty, repeated or not path-safe"),
+        (_broken(pod_uid=PodUID("..")), "pod UID '..' is not path-safe"),
+        (allocation("p", (dev(DeviceUUID("GPU-elsewhere")),)), "GPU 'GPU-elsewhere' is not advertised"),
+        (allocation("p", (dev(A, mem=-1),)), "out of range"),
+        (allocation("p", (dev(A, cores=101),)), "out of range"),
+    ],
+)
+def test_decisions_that_cannot_be_served_say_why(decision: Allocation, reason: str) -> None:
+    problem = decision_problem(decision, GPUS)
+    assert problem is not None and reason in problem
+
+
+def test_a_sound_decision_has_no_problem_even_with_a_gpu_less_container_named_like_another() -> None:
+    decision = dataclasses.replace(allocation("p", (), (dev(A, cores=0),)), containers=("c1", "c1"))
+    assert decision_problem(decision, GPUS) is None
+
+
+def test_outside_input_is_clipped_in_messages() -> None:
+    assert clip("x" * 10) == "x" * 10
+    assert clip("x" * 1000).endswith("...(1000 chars)") and len(clip("x" * 1000)) < 140

@@ -28,6 +28,8 @@ from services.scheduler.leases import AllocLeases
 from services.scheduler.ledger import Ledger
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.placement import Placement
+from services.scheduler.quota import NO_QUOTA, NamespaceQuota
+from services.scheduler.quota_cache import QuotaCache
 from services.scheduler.reconcile import Reconciler
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
@@ -60,15 +62,21 @@ class SchedulerApp:
         self.replica = settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.ledger = Ledger()
         self.metrics = SchedulerMetrics(self.ledger, legacy=settings.legacy_metrics)
+        self.names = settings.names()
+        self.quotas: QuotaCache | None = None
         self.placement = Placement(
             self.ledger,
             Policies(node=settings.node_scheduler_policy, gpu=settings.gpu_scheduler_policy),
             single_node=settings.single_node_filter,
+            quotas=self._quota_of,
+            memory_factor=settings.memory_factor,
         )
         self.pods = PodCache()
         self.port = settings.port
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._leader_tasks: dict[str, asyncio.Task[None]] = {}
+        self._ended: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
+        """Owned tasks that ended on their own: a root task that returned, any task that raised."""
         self._verdicts: list[Subscription] = []
         self._runner: web.AppRunner | None = None
         self.bus: Bus
@@ -84,13 +92,51 @@ class SchedulerApp:
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        s = self.settings
+        """Connect, wire the parts, load state from KV, start the owned tasks, then listen.
+
+        The HTTP server starts last, after the ledger and inventory are loaded: no request is ever
+        answered from a half-loaded picture (``/readyz`` is also false until then).
+        """
         self.bus = await Bus.connect(self.bus_settings, source=f"scheduler/{self.replica}")
         await self.bus.ensure_schema()
         if self.kube is None:
-            self.kube = await _kube_from(s)
+            self.kube = await _kube_from(self.settings)
+        self._wire_quotas()
+        self._wire_binding()
+        self._wire_reconciler()
+        self._wire_leadership()
+        self.extender = self._extender()
+        self._live_gauges()
+        await self.leases.start()
+        await self.state.load()
+        self._launch()
+        await self._serve()
+
+    def _wire_quotas(self) -> None:
+        if self.kube is None:
+            return
+        s = self.settings
+        self.quotas = QuotaCache(
+            self.kube,
+            self.names,
+            ttl_s=s.quota_refresh_s,
+            timeout_s=s.quota_read_timeout_s,
+            on_error=lambda kind: self.metrics.quota_errors.labels(kind).inc(),
+        )
+        self.metrics.watch_quotas(self.quotas.known)
+
+    def _wire_binding(self) -> None:
+        s = self.settings
         self.leases = AllocLeases(self.bus, ttl=s.lease_ttl_s, owner_alive=self._owner_alive)
-        self.state = State(self.bus, self.ledger, clock=self.clock, on_change=self._on_change)
+        self.state = State(
+            self.bus,
+            self.ledger,
+            clock=self.clock,
+            on_change=self._on_change,
+            on_decode_error=lambda bucket: self.metrics.input_errors.labels(
+                f"kv/{bucket}", "undecodable"
+            ).inc(),
+        )
         self.binder = Binder(
             state=self.state,
             placement=self.placement,
@@ -103,10 +149,14 @@ class SchedulerApp:
                 bind_timeout_s=s.bind_timeout_s,
                 reservation_ttl_s=s.reservation_ttl_s,
                 label_pods=s.label_pods,
+                names=self.names,
             ),
             clock=self.clock,
             on_lease_wait=self.metrics.lease_wait_seconds.observe,
+            quota_ready=None if self.quotas is None else self.quotas.ensure,
         )
+
+    def _wire_reconciler(self) -> None:
         self.phases = BindPhaseWriter(
             self.kube, on_outcome=lambda outcome: self.metrics.bind_phase_patches.labels(outcome).inc()
         )
@@ -114,13 +164,17 @@ class SchedulerApp:
             self.state,
             self.leases,
             self.kube,
-            scheduler_name=s.scheduler_name,
+            scheduler_name=self.settings.scheduler_name,
             in_flight=self.binder.binding,
             on_release=lambda why: self.metrics.released.labels(why).inc(),
             on_adopt=self.metrics.adopted.inc,
             clock=self.clock,
             on_phase=self.phases.submit,
+            on_bad_pod=lambda kind: self.metrics.input_errors.labels("pods", kind).inc(),
         )
+
+    def _wire_leadership(self) -> None:
+        s = self.settings
         self.election = LeaderElection(
             self.bus,
             key=s.leader_key,
@@ -130,18 +184,22 @@ class SchedulerApp:
             on_deposed=self._deposed,
         )
         self.forwarder = BindForwarder(
-            self.bus, timeout_s=s.forward_timeout_s, leader_name=lambda: self.election.leader
+            self.bus,
+            timeout_s=s.forward_timeout_s,
+            leader_name=lambda: self.election.leader,
+            on_bad=lambda kind: self.metrics.bad_requests.labels("forwarded_bind", kind).inc(),
         )
-        self.extender = self._extender()
-        self._live_gauges()
-        await self.leases.start()
-        await self.state.load()
+
+    def _launch(self) -> None:
+        """The owned tasks every replica runs (the leader's own start in :meth:`_elected`)."""
         if self.kube is not None:
             self._spawn(self._tasks, "scheduler-nodes", self.reconciler.watch_nodes())
+        if self.quotas is not None:
+            self.quotas.want(self.ledger.namespaces())
+            self._spawn(self._tasks, "scheduler-quotas", self.quotas.run())
         self._spawn(self._tasks, "scheduler-sweep", self._sweep())
         self._spawn(self._tasks, "scheduler-bind-phase", self.phases.run())
         self._spawn(self._tasks, "scheduler-election", self.election.run())
-        await self._serve()
 
     async def stop(self) -> None:
         await self._cancel(self._tasks)
@@ -160,13 +218,8 @@ class SchedulerApp:
         """Serve until cancelled or until an owned task dies."""
         await self.start()
         try:
-            done, _ = await asyncio.wait(list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                log.error(
-                    "task %s ended; stopping the scheduler",
-                    task.get_name(),
-                    exc_info=task.exception() if not task.cancelled() else None,
-                )
+            task = await self._ended.get()
+            log.error("task %s ended; stopping the scheduler", task.get_name(), exc_info=task.exception())
         finally:
             await self.stop()
 
@@ -183,6 +236,7 @@ class SchedulerApp:
             clock=self.clock,
             is_leader=lambda: self.election.is_leader,
             forward=self.forwarder.forward,
+            names=self.names,
         )
 
     async def _serve(self) -> None:
@@ -223,6 +277,9 @@ class SchedulerApp:
             }
         )
 
+    def _quota_of(self, namespace: str) -> NamespaceQuota:
+        return NO_QUOTA if self.quotas is None else self.quotas.get(namespace)
+
     def _owner_alive(self, uid: str) -> bool:
         return self.binder.owner_alive(uid)
 
@@ -249,9 +306,17 @@ class SchedulerApp:
                 log.warning("reservation for %s/%s on %s lapsed", lapsed.namespace, lapsed.name, lapsed.node)
                 self.leases.wake(lapsed.node)
 
-    @staticmethod
-    def _spawn(where: dict[str, asyncio.Task[None]], name: str, coro: Coroutine[Any, Any, None]) -> None:
-        where[name] = asyncio.create_task(coro, name=name)
+    def _spawn(
+        self, where: dict[str, asyncio.Task[None]], name: str, coro: Coroutine[Any, Any, None]
+    ) -> None:
+        task = where[name] = asyncio.create_task(coro, name=name)
+        root = where is self._tasks
+        task.add_done_callback(lambda t: self._on_task_done(t, root=root))
+
+    def _on_task_done(self, task: asyncio.Task[None], *, root: bool) -> None:
+        # a leader task may end normally (no Kubernetes API); one that raised is a bug either way
+        if not task.cancelled() and (root or task.exception() is not None):
+            self._ended.put_nowait(task)
 
     @staticmethod
     async def _cancel(where: dict[str, asyncio.Task[None]]) -> None:

@@ -6,6 +6,15 @@ ledger entry and publish ``allocation.decided``; POST the Binding carrying the H
 its own metadata (one atomic write). Any failure undoes what was done (reservation, entry + a
 released event, leases) and raises :class:`BindError` with a message for the pod's events.
 
+Why filter reserves nothing: filter only says which nodes *can* take the pod; it picks no devices
+(kube-scheduler picks the node later, and may never bind). The decision that could over-commit is
+made here: Fit runs against the ledger and its result is reserved in the same synchronous step
+(under the node's lock, with no ``await`` between them), so any later Fit on that node - or in that
+namespace, for its ResourceQuota - already counts it. The reservation expires after
+``reservation_ttl_s`` if the bind never writes its ledger entry; once written, the DECIDED entry
+holds the slice until the pod goes. A filter answer that is stale by bind time is refused with
+the fresh Fit's reason (``no_fit``) and kube-scheduler retries.
+
 This is orchestration; each step is a call into ``placement``, ``state``, ``leases`` or the
 Kubernetes port. Must not know HTTP.
 """
@@ -16,7 +25,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +105,7 @@ class Binder:
         options: BindOptions,
         clock: Callable[[], float] = time.time,
         on_lease_wait: Callable[[float], None] | None = None,
+        quota_ready: Callable[[str], Awaitable[object]] | None = None,
     ) -> None:
         self._state = state
         self._placement = placement
@@ -107,6 +117,8 @@ class Binder:
         self._opt = options
         self._clock = clock
         self._on_lease_wait = on_lease_wait
+        self._quota_ready = quota_ready
+        """Awaited with the pod's namespace before Fit: its ResourceQuota has been read once."""
         self._node_locks: dict[NodeName, asyncio.Lock] = {}
         self._in_flight: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
@@ -139,6 +151,8 @@ class Binder:
             return "passthrough"
         if await self._already_bound(args, pod, node):
             return "already_bound"
+        if self._quota_ready is not None:
+            await self._quota_ready(request.namespace)
         return await self._bind_gpu_pod(args, request, node)
 
     async def _bind_gpu_pod(self, args: BindingArgs, request: PodRequest, node: NodeName) -> str:

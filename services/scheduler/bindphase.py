@@ -76,8 +76,14 @@ class BindPhaseWriter:
             await self._kube.patch_pod(patch.namespace, patch.name, body)
         except KubeError as e:
             self._count("failed")
-            log.info("pod %s/%s: could not set %s=%s: %s", patch.namespace, patch.name,
-                     ann.BIND_PHASE, patch.phase.value, e)
+            log.info(
+                "pod %s/%s: could not set %s=%s: %s",
+                patch.namespace,
+                patch.name,
+                ann.BIND_PHASE,
+                patch.phase.value,
+                e,
+            )
             return
         self._count("written")
 

@@ -47,6 +47,19 @@ def scheduler(
         bool | None, Opt("--legacy-metrics", help="HAMi's pre-v2.9 metric names.")
     ] = None,
     replica_id: Annotated[str | None, Opt(help="Identity in the leader lease (default host-pid).")] = None,
+    resource_name: Annotated[str | None, Opt(help="Card count resource (nvidia.com/gpu).")] = None,
+    resource_mem: Annotated[
+        str | None, Opt(help="Memory resource; limits.<it> in a ResourceQuota caps a namespace.")
+    ] = None,
+    resource_cores: Annotated[
+        str | None, Opt(help="Cores resource; limits.<it> in a ResourceQuota caps a namespace.")
+    ] = None,
+    memory_factor: Annotated[
+        int | None, Opt(help="gpumem (and memory quotas) are multiplied by this.")
+    ] = None,
+    quota_refresh: Annotated[
+        float | None, Opt(help="Re-read each namespace's ResourceQuotas this often, seconds (10).")
+    ] = None,
     kubeconfig: Annotated[str | None, Opt(help="Kubeconfig of the cluster.")] = None,
     in_cluster: Annotated[bool | None, Opt("--in-cluster", help="Use the pod's service account.")] = None,
     nats_url: Annotated[
@@ -70,6 +83,11 @@ def scheduler(
         "bind_timeout_s": bind_timeout,
         "legacy_metrics": legacy_metrics,
         "replica_id": replica_id,
+        "resource_name": resource_name,
+        "resource_mem": resource_mem,
+        "resource_cores": resource_cores,
+        "memory_factor": memory_factor,
+        "quota_refresh_s": quota_refresh,
         "kubeconfig": kubeconfig,
         "in_cluster": in_cluster,
         "log_level": log_level,

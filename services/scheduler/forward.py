@@ -38,8 +38,16 @@ def encode_args(args: BindingArgs) -> bytes:
 class BindForwarder:
     """Serve forwarded binds while leading (:meth:`serve` / :meth:`stop`); :meth:`forward` otherwise."""
 
-    def __init__(self, bus: Bus, *, timeout_s: float, leader_name: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        timeout_s: float,
+        leader_name: Callable[[], str | None],
+        on_bad: Callable[[str], None] = lambda kind: None,
+    ) -> None:
         self._bus = bus
+        self._on_bad = on_bad
         self._timeout_s = timeout_s
         self._leader_name = leader_name
         self._service: Service | None = None
@@ -61,6 +69,8 @@ class BindForwarder:
         try:
             args = parse_binding_args(load_body(payload))
         except ExtenderInputError as e:
+            self._on_bad(e.kind)
+            log.info("refused a forwarded bind (%s): %s", e.kind, e)
             return _result(f"forwarded bind: {e}")
         assert self._bind is not None
         _, error = await self._bind(args)

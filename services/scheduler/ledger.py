@@ -2,10 +2,11 @@
 
 Owns, per node, the device inventory (from ``inventory`` events/KV) and, per device, the usage
 derived from ledger entries (KV ``allocations``) plus in-process reservations (decisions made
-at bind but not yet written). Every change is O(devices of one pod): an entry's contribution
-is remembered so that releasing it subtracts exactly what applying it added; nothing is
-rebuilt per filter call. Each node carries a ``version`` that changes whenever its inventory
-or usage does, so callers may cache per-node results.
+at bind but not yet written), and per namespace the MiB and cores its pods hold (ResourceQuota).
+Every change is O(devices of one pod): an entry's contribution is remembered so that releasing
+it subtracts exactly what applying it added; nothing is rebuilt per filter call. Each node
+carries a ``version`` that changes whenever its inventory or usage does, so callers may cache
+per-node results.
 
 Revisions make replays harmless: a KV watch may deliver an entry the leader already applied
 locally, or an older revision after a newer one; an entry or tombstone older than what is
@@ -88,6 +89,7 @@ class Ledger:
         self._versions: dict[NodeName, int] = {}
         self._annotations: dict[NodeName, dict[str, str]] = {}
         self._feeds: list[set[NodeName]] = []
+        self._namespaces: dict[str, list[int]] = {}
 
     # --- inventory -------------------------------------------------------------------------
 
@@ -169,6 +171,23 @@ class Ledger:
     def entries(self) -> Iterator[Allocation]:
         return (h.allocation for h in self._held.values())
 
+    def namespace_usage(self, namespace: str) -> tuple[int, int]:
+        """(MiB, cores) the namespace's entries hold, each pod collapsed as HAMi does (ResourceQuota)."""
+        cur = self._namespaces.get(namespace)
+        return (0, 0) if cur is None else (cur[0], cur[1])
+
+    def pod_usage(self, uid: PodUID) -> tuple[int, int]:
+        """(MiB, cores) one pod's entry holds, collapsed; (0, 0) without an entry or when FAILED."""
+        held = self._held.get(uid)
+        if held is None or held.allocation.state in _FREE_STATES:
+            return (0, 0)
+        use = collapse_usage(held.allocation.devices, held.allocation.init_count).values()
+        return (sum(u.usedmem for u in use), sum(u.usedcores for u in use))
+
+    def namespaces(self) -> list[str]:
+        """Namespaces that hold device usage."""
+        return list(self._namespaces)
+
     def entries_on(self, node: NodeName) -> list[Allocation]:
         return [self._held[uid].allocation for uid in self._by_node.get(node, ())]
 
@@ -230,6 +249,7 @@ class Ledger:
         node = allocation.node
         if allocation.state not in _FREE_STATES:
             devices = self._usage.setdefault(node, {})
+            total_mem = total_cores = 0
             for uuid, used, mem, cores in _contributions(allocation):
                 cur = devices.get(uuid)
                 if cur is None:
@@ -237,11 +257,23 @@ class Ledger:
                 cur[0] += sign * used
                 cur[1] += sign * mem
                 cur[2] += sign * cores
+                total_mem += mem
+                total_cores += cores
                 if cur == [0, 0, 0]:
                     del devices[uuid]
             if not devices:
                 del self._usage[node]
+            self._add_namespace(allocation.namespace, sign * total_mem, sign * total_cores)
         self._touch(node)
+
+    def _add_namespace(self, namespace: str, mem: int, cores: int) -> None:
+        cur = self._namespaces.get(namespace)
+        if cur is None:
+            cur = self._namespaces[namespace] = [0, 0]
+        cur[0] += mem
+        cur[1] += cores
+        if cur == [0, 0]:
+            del self._namespaces[namespace]
 
     def _touch(self, node: NodeName) -> None:
         self._versions[node] = self._versions.get(node, 0) + 1

@@ -16,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from services.scheduler.ledger import Ledger
+from services.scheduler.quota import NamespaceQuota
 from shared.annotations import collapse_usage
 from shared.model import AllocationState
 
@@ -132,6 +133,50 @@ class LedgerCollector(Collector):
         yield core
 
 
+class QuotaCollector(Collector):
+    """``hami_resource_quota_used{namespace,quota_name,limit}`` (legacy ``QuotaUsed``) and
+    ``hami_resource_quota_limit{namespace,quota_name}``: per namespace and GPU resource, the ledger's
+    usage (MiB or cores, each pod collapsed) against the quota's limit as written."""
+
+    def __init__(
+        self, ledger: Ledger, known: Callable[[], dict[str, NamespaceQuota]], *, legacy: bool = False
+    ) -> None:
+        self._ledger = ledger
+        self._known = known
+        self._legacy = legacy
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self._legacy:
+            used = GaugeMetricFamily(
+                "QuotaUsed",
+                "resourcequota usage for a certain device",
+                labels=["quotanamespace", "quotaName", "limit"],
+            )
+            limit = None
+        else:
+            used = GaugeMetricFamily(
+                "hami_resource_quota_used",
+                "resourcequota usage for a certain device",
+                labels=["namespace", "quota_name", "limit"],
+            )
+            limit = GaugeMetricFamily(
+                "hami_resource_quota_limit",
+                "resourcequota limit for a certain device",
+                labels=["namespace", "quota_name"],
+            )
+        for ns, quota in self._known().items():
+            mem, cores = self._ledger.namespace_usage(ns)
+            for q, value in ((quota.memory, mem), (quota.cores, cores)):
+                if q is None:
+                    continue
+                used.add_metric([ns, q.resource, str(q.hard)], value)
+                if limit is not None:
+                    limit.add_metric([ns, q.resource], q.hard)
+        yield used
+        if limit is not None:
+            yield limit
+
+
 class _Live(Collector):
     """Gauges read from callables at scrape time (ledger size, leadership, stale nodes)."""
 
@@ -195,7 +240,24 @@ class SchedulerMetrics:
             ["outcome"],
             registry=r,
         )
+        self.input_errors = Counter(
+            "gpubus_scheduler_input_errors",
+            "Unusable input off the HTTP path: KV entries, pod annotations, forwarded binds",
+            ["source", "kind"],
+            registry=r,
+        )
+        self.quota_errors = Counter(
+            "gpubus_scheduler_quota_errors",
+            "ResourceQuota problems: reads that failed, limits that are not integers",
+            ["kind"],
+            registry=r,
+        )
+        self._ledger = ledger
+        self._legacy = legacy
         r.register(LedgerCollector(ledger, legacy=legacy))
+
+    def watch_quotas(self, known: Callable[[], dict[str, NamespaceQuota]]) -> None:
+        self.registry.register(QuotaCollector(self._ledger, known, legacy=self._legacy))
 
     def watch(self, gauges: dict[str, tuple[str, Callable[[], float]]]) -> None:
         self.registry.register(_Live(gauges))

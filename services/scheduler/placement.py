@@ -1,7 +1,9 @@
 """Placement: the extender's three questions answered from the ledger with the Fit engine.
 
 ``filter`` (which of these nodes can take the pod, and why not the others), ``scores`` (0-10 per
-node by node policy) and ``decide`` (the devices on the node kube-scheduler picked). Nodes without
+node by node policy) and ``decide`` (the devices on the node kube-scheduler picked). Both filter
+and decide pass the pod's namespace ResourceQuota, with the namespace's usage from the ledger,
+into Fit (``ResourceQuotaNotFit``). Nodes without
 inventory or with a stale heartbeat are refused with a clear reason before Fit runs. Fit's
 immutable ``NodeState`` is cached per node and dropped when the ledger reports the node changed,
 so a filter call costs one dict lookup per node that did not change.
@@ -12,15 +14,19 @@ Pure: no I/O, no clock reads (``now`` is passed in). Must not know HTTP, NATS or
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.scheduler.fit import NodeFit, NodeState, Policies, filter_nodes, fit_pod
+from services.scheduler.fit import NodeFit, NodeState, Policies, Quota, filter_nodes, fit_pod
 from services.scheduler.ledger import STALE_HEARTBEATS, Ledger
+from services.scheduler.quota import NO_QUOTA, NamespaceQuota, fit_quota
 from services.scheduler.reasons import NODE_UNREGISTERED
 from services.scheduler.score import NodePolicy, best_node
 from shared import annotations as ann
 from shared.model import NodeName, PodRequest
+
+#: ``quotas(namespace)``: the namespace's GPU ResourceQuota as last read (must not block).
+QuotaLookup = Callable[[str], NamespaceQuota]
 
 #: Reason reported for a node whose inventory heartbeat stopped.
 STALE_PREFIX = "node inventory stale"
@@ -60,12 +66,34 @@ class Placement:
     deadline later) are picked up lazily when a cached deadline passes.
     """
 
-    def __init__(self, ledger: Ledger, policies: Policies, *, single_node: bool = False) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        policies: Policies,
+        *,
+        single_node: bool = False,
+        quotas: QuotaLookup = lambda namespace: NO_QUOTA,
+        memory_factor: int = 1,
+    ) -> None:
         self.ledger = ledger
         self.policies = policies
         self.single_node = single_node
+        self._quotas = quotas
+        self._memory_factor = memory_factor
         self._cache: dict[str, _Cached] = {}
         self._changed = ledger.change_feed()
+
+    def quota_for(self, pod: PodRequest) -> Quota | None:
+        """The pod's namespace quota with what the namespace's other pods use (None: not enforced)."""
+        limits = self._quotas(pod.namespace)
+        if not limits.enforced:
+            return None
+        return fit_quota(
+            limits,
+            self.ledger.namespace_usage(pod.namespace),
+            self.ledger.pod_usage(pod.uid),
+            self._memory_factor,
+        )
 
     def _sync(self) -> None:
         if self._changed:
@@ -131,7 +159,7 @@ class Placement:
                 unresolvable[name] = found
             else:
                 states.append(found)
-        result = filter_nodes(states, pod, self.policies, choose=False)
+        result = filter_nodes(states, pod, self.policies, self.quota_for(pod), choose=False)
         passed: list[str] = [n for n, _ in result.fits]
         if self.single_node and passed:
             passed = [best_node(result.fits, result.policy) or passed[0]]
@@ -170,4 +198,4 @@ class Placement:
         state = self._lookup(node, now)
         if isinstance(state, str):
             return NodeFit(node=node, fit=False, score=0.0, reason=state)
-        return fit_pod(state, pod, self.policies)
+        return fit_pod(state, pod, self.policies, self.quota_for(pod))

@@ -76,7 +76,8 @@ def slim_pod(
 
 
 def adoptable(pod: Mapping[str, Any]) -> Allocation | None:
-    """The ledger entry a bound pod with HAMi annotations implies, or None."""
+    """The ledger entry a bound pod with HAMi annotations implies, or None (AnnotationError when
+    its ``vgpu-devices-allocated`` cannot be decoded: HAMi does not track such a pod either)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     a = meta.get("annotations") or {}
@@ -85,11 +86,7 @@ def adoptable(pod: Mapping[str, Any]) -> Allocation | None:
         return None
     if (pod.get("status") or {}).get("phase") in _TERMINAL:
         return None
-    try:
-        devices: PodDevices = ann.decode_pod_devices(a[ann.DEVICES_ALLOCATED])
-    except AnnotationError as e:
-        log.warning("pod %s/%s: cannot adopt, %s", meta.get("namespace"), meta.get("name"), e)
-        return None
+    devices: PodDevices = ann.decode_pod_devices(a[ann.DEVICES_ALLOCATED])
     inits = [c.get("name", "") for c in spec.get("initContainers") or []]
     apps = [c.get("name", "") for c in spec.get("containers") or []]
     names = tuple(inits + apps)
@@ -122,6 +119,7 @@ class Reconciler:
         on_adopt: Callable[[], None],
         clock: Callable[[], float] = time.time,
         on_phase: Callable[[str, str, ann.BindPhase], object] | None = None,
+        on_bad_pod: Callable[[str], None] = lambda kind: None,
     ) -> None:
         self._state = state
         self._leases = leases
@@ -132,6 +130,8 @@ class Reconciler:
         self._on_adopt = on_adopt
         self._clock = clock
         self._on_phase = on_phase
+        self._on_bad_pod = on_bad_pod
+        """Counts pods whose HAMi annotations cannot be adopted, by kind."""
         """Queues the ``hami.io/bind-phase`` patch for a verdict; must return at once."""
         self._live: set[str] = set()
         self.pods_synced = asyncio.Event()
@@ -237,7 +237,13 @@ class Reconciler:
             await self._adopt(pod)
 
     async def _adopt(self, pod: Mapping[str, Any]) -> None:
-        allocation = adoptable(pod)
+        try:
+            allocation = adoptable(pod)
+        except AnnotationError as e:
+            meta = pod.get("metadata") or {}
+            self._on_bad_pod("bad_devices_annotation")
+            log.warning("pod %s/%s: cannot adopt, %s", meta.get("namespace"), meta.get("name"), e)
+            return
         if allocation is None:
             return
         try:

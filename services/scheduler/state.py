@@ -69,11 +69,14 @@ class State:
         *,
         clock: Callable[[], float] = time.time,
         on_change: ChangeCallback | None = None,
+        on_decode_error: Callable[[str], None] = lambda bucket: None,
     ) -> None:
         self.bus = bus
         self.ledger = ledger
         self._clock = clock
         self._on_change = on_change
+        self._on_decode_error = on_decode_error
+        """Called with the bucket name for every KV entry that cannot be decoded (counted)."""
         self._allocations: KV | None = None
         self._inventory: KV | None = None
         self._watches: list[Watch] = []
@@ -131,6 +134,7 @@ class State:
             event = decode_inventory(entry.value)
         except EventDecodeError as e:
             self.decode_errors += 1
+            self._on_decode_error(INVENTORY)
             log.warning("inventory entry for %s is unusable: %s", node, e)
             return
         self.set_inventory(node, event, loaded_at=loaded_at)
@@ -170,6 +174,7 @@ class State:
             allocation = decode_allocation(entry.value)
         except EventDecodeError as e:
             self.decode_errors += 1
+            self._on_decode_error(ALLOCATIONS)
             log.warning("ledger entry %s is unusable: %s", key, e)
             return
         if self.ledger.apply(allocation, entry.revision):

@@ -30,6 +30,7 @@ from shared.events import (
     PodUnschedulable,
     Usage,
     UsageOverLimit,
+    node_token,
 )
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -43,6 +44,18 @@ def parse_since(text: str) -> float:
     if m is None:
         raise ValueError(f"--since {text!r}: expected a duration like 30s, 10m, 2h or 1d")
     return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def replay_from(since: str | None, replay_all: bool, now: float) -> str | float:
+    """``--since``/``--all`` -> the consumer's deliver policy: "new", "all" or a unix time."""
+    if since is not None and replay_all:
+        raise ValueError("--since and --all: give one or the other")
+    if replay_all:
+        return "all"
+    if since is None:
+        return "new"
+    seconds = parse_since(since)
+    return "all" if seconds >= now else now - seconds
 
 
 def full_subject(subject: str) -> str:
@@ -74,8 +87,8 @@ class TapFilter:
         return self.pod is None or self.pod in pods_of(event)
 
     def matches_subject(self, subject: str) -> bool:
-        """For messages that could not be decoded: only the subject is known."""
-        return self.node is None or subject.rsplit(".", 1)[-1] == self.node
+        """For messages that could not be decoded: only the subject (node as a token) is known."""
+        return self.node is None or subject.rsplit(".", 1)[-1] == node_token(self.node)
 
 
 def pods_of(event: Event) -> set[tuple[str, str]]:

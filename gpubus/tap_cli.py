@@ -17,10 +17,10 @@ from gpubus.tap import (
     TapFilter,
     TapOptions,
     full_subject,
-    parse_since,
     render_json,
     render_line,
     render_undecodable,
+    replay_from,
 )
 from shared.bus import Bus, BusSettings
 from shared.config import load_settings
@@ -46,10 +46,13 @@ def tap(  # noqa: PLR0917 - typer maps parameters to the command line
 ) -> None:
     """Print gpubus events one per line, live (and replayed first with --since/--all)."""
     try:
-        deliver: str | float = "all" if all_ else (time.time() - parse_since(since) if since else "new")
-        selector = TapFilter.parse(node, pod)
-        options = TapOptions(subject=full_subject(subject), deliver=deliver, selector=selector,
-                             as_json=json_, count=count, stop_after_s=timeout)
+        if count is not None and count < 1:
+            raise ValueError(f"--count {count}: must be at least 1")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"--timeout {timeout}: must be more than 0 seconds")
+        options = TapOptions(subject=full_subject(subject), deliver=replay_from(since, all_, time.time()),
+                             selector=TapFilter.parse(node, pod), as_json=json_, count=count,
+                             stop_after_s=timeout)
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

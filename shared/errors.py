@@ -35,6 +35,13 @@ class BusUnavailable(Retryable):
     """NATS cannot be reached right now."""
 
 
+class BusRefused(BusUnavailable):
+    """NATS refused us (credentials, TLS) or the bus settings are unusable; fix the settings.
+
+    A ``BusUnavailable`` so callers that only handle outages still stop cleanly.
+    """
+
+
 class LeaseHeld(Retryable):
     """A KV lease (node lock, leader lease) is owned by someone else."""
 

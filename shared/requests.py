@@ -204,9 +204,29 @@ def pod_request(pod: Mapping[str, object], names: ResourceNames = DEFAULT_NAMES)
                 ContainerSpec(name=cname, init=init, request=container_request(c, names, name=cname))
             )
     return PodRequest(
-        namespace=str(meta.get("namespace") or "default"),
-        name=str(meta.get("name") or ""),
-        uid=PodUID(str(meta.get("uid") or "")),
+        namespace=_text(meta, "namespace", "default"),
+        name=_text(meta, "name", ""),
+        uid=PodUID(_text(meta, "uid", "")),
         containers=tuple(specs),
-        annotations={str(k): str(v) for k, v in annotations.items()},
+        annotations=_annotations(annotations),
     )
+
+
+def _text(meta: Mapping[str, object], key: str, default: str) -> str:
+    value = meta.get(key)
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise RequestError(f"metadata.{key}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _annotations(raw: Mapping[str, object]) -> dict[str, str]:
+    """Annotation values are strings on the wire; anything else is refused, naming the key."""
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            kind = type(value).__name__
+            raise RequestError(f"metadata.annotations[{key!r}]: expected a string, got {kind}")
+        out[key] = value
+    return out

@@ -34,13 +34,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until_serving(port: int, timeout: float = 10.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def _log_tail(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    return ": " + " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+
+
+def wait_until_serving(port: int, timeout: float = 10.0, proc: subprocess.Popen[bytes] | None = None,
+                       log: Path | None = None) -> None:
     """Block until a client connection gets the server's ``INFO`` greeting."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"nats-server exited with code {proc.returncode}")
+            raise RuntimeError(f"nats-server exited with code {proc.returncode}{_log_tail(log)}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
                 s.settimeout(0.5)
@@ -78,7 +85,7 @@ class NatsServerProcess:
                 "-sd", str(self.store_dir), *self.extra_args]
         with self._log.open("ab") as log:
             self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        wait_until_serving(self.port, timeout, self._proc)
+        wait_until_serving(self.port, timeout, self._proc, self._log)
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self._proc = self._proc, None

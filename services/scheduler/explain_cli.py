@@ -15,6 +15,7 @@ import yaml
 
 from services.scheduler.explain import explain, load_cluster, render_table
 from services.scheduler.fit import Policies
+from services.scheduler.score import GpuPolicy, NodePolicy, policy_chain
 from shared.errors import BadInput
 from shared.requests import pod_request
 
@@ -33,6 +34,8 @@ def _load_cluster(path: Path) -> object:
         return json.loads(_read(path, "--cluster"))
     except json.JSONDecodeError as e:
         raise BadInput(f"--cluster: {path} is not JSON: {e}") from None
+    except RecursionError:
+        raise BadInput(f"--cluster: {path} is nested too deeply") from None
 
 
 def _load_pod(path: Path) -> dict[str, object]:
@@ -41,9 +44,22 @@ def _load_pod(path: Path) -> dict[str, object]:
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise BadInput(f"--pod: {path} is not YAML/JSON: {first}") from None
+    except RecursionError:
+        raise BadInput(f"--pod: {path} is nested too deeply") from None
     if not isinstance(data, dict):
         raise BadInput(f"--pod: {path} must hold a Pod object")
     return data
+
+
+def policies(node: str, gpu: str) -> Policies:
+    """The default policies from the command line; BadInput naming the option if unknown."""
+    if node not in NodePolicy.__members__.values():
+        raise BadInput(f"--node-policy {node!r}: expected one of {', '.join(NodePolicy)}")
+    chain = policy_chain(gpu)
+    unknown = [p for p in chain if p not in GpuPolicy.__members__.values()]
+    if unknown or not chain:
+        raise BadInput(f"--gpu-policy {gpu!r}: expected one of {', '.join(GpuPolicy)} (comma-separated)")
+    return Policies(node=node, gpu=gpu)
 
 
 def run_explain(cluster: Path, pod: Path, *, as_json: bool, policy: Policies) -> tuple[int, str]:
@@ -75,9 +91,7 @@ def register_explain(app: typer.Typer) -> None:
     ) -> None:
         """Why is my pod Pending? Run the scheduler's filter and score on a snapshot."""
         try:
-            code, text = run_explain(
-                cluster, pod, as_json=as_json, policy=Policies(node=node_policy, gpu=gpu_policy)
-            )
+            code, text = run_explain(cluster, pod, as_json=as_json, policy=policies(node_policy, gpu_policy))
         except BadInput as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

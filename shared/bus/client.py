@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import nats
 import nats.errors
@@ -31,14 +32,14 @@ from shared.bus.consumer import (
     Subscription,
     open_subscription,
 )
-from shared.bus.errors import translated
+from shared.bus.errors import refusal_reason, translated
 from shared.bus.kv import KV
 from shared.bus.lease import Lease
 from shared.bus.outbox import Outbox
-from shared.bus.settings import LOCKS, STREAM, BusSettings, connect_options, redact_url
+from shared.bus.settings import LOCKS, STREAM, BusSettings, check_settings, connect_options, redact_url
 from shared.bus.stats import BusStats
 from shared.codec import encode
-from shared.errors import BusUnavailable
+from shared.errors import BusRefused, BusUnavailable
 from shared.events import Event, subject_for
 
 log = logging.getLogger(__name__)
@@ -76,14 +77,16 @@ class Bus:
 
     @classmethod
     async def connect(cls, settings: BusSettings, *, source: str) -> Bus:
-        """Connect (retrying up to ``initial_connect_timeout_s``); reconnects forever afterwards."""
+        """Connect (retrying up to ``initial_connect_timeout_s``); reconnects forever afterwards.
+
+        Raises ``BusRefused`` at once when the settings cannot work or the server refuses our
+        credentials or TLS, ``BusUnavailable`` when no server answered in time.
+        """
+        check_settings(settings)
+        first = _FirstConnect(redact_url(settings.url), settings.initial_connect_timeout_s or None)
         stats_box: list[Bus] = []
-        callbacks = _callbacks(settings, stats_box)
-        timeout = settings.initial_connect_timeout_s or None
-        try:
-            nc = await asyncio.wait_for(nats.connect(**connect_options(settings), **callbacks), timeout)  # type: ignore[arg-type]
-        except (TimeoutError, nats.errors.Error, OSError) as e:
-            raise BusUnavailable(f"cannot connect to NATS at {redact_url(settings.url)}: {e!r}") from e
+        nc = Client()
+        await first.run(nc, {**connect_options(settings), **_callbacks(settings, stats_box, first)})
         bus = cls(nc, settings, source)
         stats_box.append(bus)
         log.info("connected to NATS %s as %s", redact_url(nc.connected_url.geturl() if nc.connected_url
@@ -230,7 +233,52 @@ class Bus:
                 await self.nc.close()
 
 
-def _callbacks(settings: BusSettings, bus_box: list[Bus]) -> dict[str, Callable[..., Awaitable[None]]]:
+class _FirstConnect:
+    """The initial connect: retried until its deadline, ended at once by a refusal."""
+
+    def __init__(self, where: str, timeout: float | None) -> None:
+        self.where = where
+        self.timeout = timeout
+        self.done = False
+        self._last: Exception | None = None
+        self._refusal: str | None = None
+        self._refused = asyncio.Event()
+
+    def seen(self, e: Exception) -> None:
+        """Called with every error of a connect attempt (nats-py's ``error_cb``)."""
+        self._last = e
+        self._refusal = self._refusal or refusal_reason(e)
+        if self._refusal:
+            self._refused.set()
+
+    async def run(self, nc: Client, options: dict[str, Any]) -> None:
+        connecting = asyncio.create_task(nc.connect(**options), name="bus-first-connect")
+        refused = asyncio.create_task(self._refused.wait(), name="bus-first-connect-refused")
+        try:
+            await asyncio.wait({connecting, refused}, timeout=self.timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (connecting, refused):
+                task.cancel()
+            await asyncio.gather(connecting, refused, return_exceptions=True)
+            self.done = True
+        failure = connecting.exception() if not connecting.cancelled() else None
+        if connecting.cancelled() or failure is not None:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise self._error(failure) from (failure or self._last)
+
+    def _error(self, failure: BaseException | None) -> BusUnavailable:
+        cause = failure or self._last
+        if self._refusal:
+            return BusRefused(f"NATS at {self.where} refused the connection: {self._refusal}: {cause}")
+        if isinstance(failure, ValueError):
+            return BusRefused(f"bus setting url: cannot use {self.where}: {failure}")
+        return BusUnavailable(f"cannot connect to NATS at {self.where} within {self.timeout}s: {cause!r}")
+
+
+def _callbacks(settings: BusSettings, bus_box: list[Bus],
+               first: _FirstConnect) -> dict[str, Callable[..., Awaitable[None]]]:
     """Connection callbacks (nats-py requires ``async def``); they log and count, nothing more."""
     url = redact_url(settings.url)
 
@@ -247,6 +295,8 @@ def _callbacks(settings: BusSettings, bus_box: list[Bus]) -> dict[str, Callable[
             bus_box[0].stats.reconnects += 1
 
     async def error(e: Exception) -> None:
+        if not first.done:
+            first.seen(e)
         log.warning("NATS error: %s", e)
 
     async def closed() -> None:

@@ -6,6 +6,7 @@ Callers of the bus see only :mod:`shared.errors` types: ``BusUnavailable`` (retr
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -13,6 +14,9 @@ import nats.errors
 import nats.js.errors
 
 from shared.errors import BadInput, BusUnavailable, CasConflict
+
+#: Words in a server ``-ERR`` that mean our credentials were refused.
+_AUTH_WORDS = ("authorization", "authentication")
 
 #: JetStream API codes for "wrong last sequence" (a lost compare-and-set).
 WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
@@ -37,3 +41,14 @@ def translated(what: str) -> Iterator[None]:
         raise BusUnavailable(f"{what}: JetStream error {e.code} {e.err_code}: {e.description}") from e
     except (nats.errors.Error, TimeoutError, OSError) as e:
         raise BusUnavailable(f"{what}: {type(e).__name__}: {e}") from e
+
+
+def refusal_reason(e: BaseException) -> str | None:
+    """Why a connect failure will repeat until the settings change, or None if it may be transient."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return "TLS certificate verification failed (is tls_ca the CA that signed the server certificate?)"
+    if isinstance(e, ssl.SSLError):
+        return "TLS handshake failed (check tls_ca, tls_cert, tls_key)"
+    if isinstance(e, nats.errors.Error) and any(w in str(e).lower() for w in _AUTH_WORDS):
+        return "credentials refused (check user/password, token, creds_file or nkey_seed_file)"
+    return None

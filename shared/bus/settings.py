@@ -7,10 +7,14 @@ Owns the one place where secrets are turned into connection options; it must nev
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from shared.errors import BusRefused
 
 #: Name of the one JetStream stream that carries every event (subjects ``gpubus.>``).
 STREAM = "GPUBUS"
@@ -20,6 +24,7 @@ ALLOCATIONS = "allocations"
 LOCKS = "locks"
 
 _SECRET_FIELDS = frozenset({"password", "token"})
+_FILE_FIELDS = ("creds_file", "nkey_seed_file", "tls_ca", "tls_cert", "tls_key")
 _URL_USERINFO = re.compile(r"(?<=://)[^@/]*@")
 
 
@@ -91,13 +96,33 @@ def servers(settings: BusSettings) -> list[str]:
     return [u.strip() for u in settings.url.split(",") if u.strip()]
 
 
+def check_settings(settings: BusSettings) -> None:
+    """Refuse settings that cannot work, naming the field, before any connect attempt."""
+    for name in _FILE_FIELDS:
+        path = getattr(settings, name)
+        if path is not None and not Path(path).is_file():
+            raise BusRefused(f"bus setting {name}: no such file: {path}")
+    if settings.tls_key and not settings.tls_cert:
+        raise BusRefused("bus setting tls_key: given without tls_cert")
+    if (settings.creds_file or settings.nkey_seed_file) and importlib.util.find_spec("nkeys") is None:
+        raise BusRefused("bus settings creds_file/nkey_seed_file need the 'nkeys' package (nats-py[nkeys])")
+    if not servers(settings):
+        raise BusRefused("bus setting url: no server URL given")
+
+
 def tls_context(settings: BusSettings) -> ssl.SSLContext | None:
-    """A client TLS context when any TLS file is configured, else None."""
+    """A client TLS context when any TLS file is configured, else None (BusRefused on a bad file)."""
     if not (settings.tls_ca or settings.tls_cert):
         return None
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca)
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca)
+    except ssl.SSLError as e:
+        raise BusRefused(f"bus setting tls_ca: not a usable CA bundle: {e}") from e
     if settings.tls_cert:
-        ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+        try:
+            ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+        except ssl.SSLError as e:
+            raise BusRefused(f"bus setting tls_cert/tls_key: not a usable certificate and key: {e}") from e
     return ctx
 
 

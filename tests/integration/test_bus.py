@@ -351,6 +351,7 @@ async def test_subscriber_keeps_consuming_across_a_server_restart(private_nats: 
         await b.close()
 
 
+@pytest.mark.leaks_tasks("nats-py: closing while reconnecting can leave the request inbox's message task")
 async def test_outbox_drops_oldest_when_full(private_nats: NatsServerProcess) -> None:
     b = await Bus.connect(bus_settings(private_nats.url, outbox_limit=2), source="t")
     try:

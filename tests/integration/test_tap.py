@@ -2,7 +2,8 @@
 
 Cases: --all replays history as readable lines; --json gives JSON lines with kind/v;
 --node and --pod filter; an undecodable message is printed, not dropped; live events
-arrive after start; a bad --since or --pod is a one-line error with exit code 2.
+arrive after start; a bad --since, --pod or --count, or --since with --all, is a
+one-line error with exit code 2.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import msgpack
+import pytest
 from asyncwait import wait_until
 
 from shared.bus import Bus
@@ -94,6 +96,17 @@ async def test_bad_since_is_a_one_line_error() -> None:
     assert code == 2
     assert err.strip().splitlines() == [
         "error: --since 'yesterday': expected a duration like 30s, 10m, 2h or 1d"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--since", "10m", "--all"), "error: --since and --all: give one or the other"),
+    (("--count", "0"), "error: --count 0: must be at least 1"),
+    (("--pod", "no-namespace"), "error: --pod 'no-namespace': expected NAMESPACE/NAME"),
+])
+async def test_bad_flags_are_a_one_line_error_with_exit_2(args: tuple[str, ...], message: str) -> None:
+    code, _, err = await run_tap("nats://127.0.0.1:1", *args)
+    assert code == 2
+    assert err.strip().splitlines() == [message]
 
 
 async def test_unreachable_nats_is_a_one_line_error() -> None:

@@ -199,3 +199,61 @@ def test_unreadable_pod_file(app: typer.Typer, tmp_path: Path, content: str | No
         path.write_text(content)
     code, _, err = run(app, "--cluster", cluster, "--pod", str(path))
     assert code == 2 and "--pod" in err and err.count("\n") == 1
+
+
+def test_unknown_fields_are_ignored_and_missing_ones_default(app: typer.Typer, tmp_path: Path) -> None:
+    # No count (split 10), no health (healthy), no usage (0); unknown keys at every level.
+    nodes = [{"name": "a", "zone": "z1", "devices": [{"id": "GPU-0", "devmem": 1000, "vendor": "x"}]}]
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps({"nodes": nodes, "generated": "2024-01-01"}))
+    _, pod = write(tmp_path, [], gpu_pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 100}))
+    code, out, _ = run(app, "--cluster", str(cluster), "--pod", pod, "--json")
+    assert code == 0 and json.loads(out)["nodes"]["a"]["fit"] is True
+    ten_pods = {"nodes": [{"name": "a", "devices": [{"id": "GPU-0", "devmem": 1000, "used": 10}]}]}
+    cluster.write_text(json.dumps(ten_pods))
+    code, out, _ = run(app, "--cluster", str(cluster), "--pod", pod, "--json")
+    assert code == 1 and json.loads(out)["nodes"]["a"]["reasons"] == {"CardTimeSlicingExhausted": 1}
+
+
+@pytest.mark.parametrize(("option", "value"), [("--node-policy", "fastest"), ("--gpu-policy", "binpack,best"),
+                                               ("--gpu-policy", " , ")])
+def test_unknown_default_policy_is_refused_naming_the_option(
+    app: typer.Typer, tmp_path: Path, option: str, value: str
+) -> None:
+    cluster, pod = write(tmp_path, [{"name": "a", "devices": [device(0)]}], gpu_pod({"nvidia.com/gpu": 1}))
+    code, out, err = run(app, "--cluster", cluster, "--pod", pod, option, value)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith(f"error: {option}")
+
+
+def test_known_policies_are_accepted(app: typer.Typer, tmp_path: Path) -> None:
+    cluster, pod = write(tmp_path, [{"name": "a", "devices": [device(0)]}], gpu_pod({"nvidia.com/gpu": 1}))
+    code, _, _ = run(app, "--cluster", cluster, "--pod", pod, "--node-policy", "spread", "--gpu-policy",
+                     "binpack, numa")
+    assert code == 0
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"name": "p", "annotations": {"hami.io/gpu-scheduler-policy": 5}}, "metadata.annotations"),
+        ({"name": 7}, "metadata.name"),
+        ({"name": "p", "namespace": ["ns"]}, "metadata.namespace"),
+    ],
+)
+def test_wrong_metadata_types_name_the_field_and_exit_2(
+    app: typer.Typer, tmp_path: Path, metadata: dict[str, object], field: str
+) -> None:
+    pod = {**gpu_pod({"nvidia.com/gpu": 1}), "metadata": metadata}
+    cluster, manifest = write(tmp_path, [{"name": "a", "devices": [device(0)]}], pod)
+    code, _, err = run(app, "--cluster", cluster, "--pod", manifest)
+    assert code == 2 and err.count("\n") == 1 and field in err
+
+
+@pytest.mark.parametrize("option", ["--cluster", "--pod"])
+def test_absurdly_nested_input_is_a_one_line_error(app: typer.Typer, tmp_path: Path, option: str) -> None:
+    cluster, pod = write(tmp_path, [{"name": "a", "devices": [device(0)]}], gpu_pod({"nvidia.com/gpu": 1}))
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 100_000)
+    paths = {"--cluster": cluster, "--pod": pod, option: str(nested)}
+    code, _, err = run(app, "--cluster", paths["--cluster"], "--pod", paths["--pod"])
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {option}")

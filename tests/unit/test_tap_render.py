@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from gpubus.tap import TapFilter, full_subject, parse_since, render_json, render_line, render_undecodable
+from gpubus.tap import (
+    TapFilter,
+    full_subject,
+    parse_since,
+    render_json,
+    render_line,
+    render_undecodable,
+    replay_from,
+)
 from shared.events import AllocationDecided, AllocationReleased, Inventory
 from shared.model import Allocation, ContainerDevice, DeviceInfo, DeviceUUID, NodeName, PodUID
 
@@ -21,6 +29,26 @@ def test_since_durations(text: str, seconds: float) -> None:
 def test_bad_since_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_since(text)
+
+
+NOW = 1_700_000_000.0
+
+
+@pytest.mark.parametrize(("since", "replay_all", "deliver"), [
+    (None, False, "new"), (None, True, "all"), ("10m", False, NOW - 600), ("100000d", False, "all")])
+def test_replay_from_since_or_all(since: str | None, replay_all: bool, deliver: str | float) -> None:
+    assert replay_from(since, replay_all, NOW) == deliver
+
+
+def test_since_and_all_together_are_refused() -> None:
+    with pytest.raises(ValueError, match="--since and --all"):
+        replay_from("10m", True, NOW)
+
+
+def test_node_filter_matches_the_subject_token_of_a_dotted_node_name() -> None:
+    selector = TapFilter.parse("ip-10-0-0-1.ec2.internal", None)
+    assert selector.matches_subject("gpubus.allocation.released.ip-10-0-0-1_ec2_internal")
+    assert not selector.matches_subject("gpubus.allocation.released.other")
 
 
 def test_subject_shorthand() -> None:

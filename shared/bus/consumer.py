@@ -133,6 +133,9 @@ class Subscription:
             except nats.errors.TimeoutError:
                 continue
             except (nats.errors.Error, OSError) as e:
+                if self._js._nc.is_closed:
+                    log.info("consumer %s stops: the NATS connection is closed", self.consumer)
+                    return
                 # Disconnected or the server is restarting: wait and fetch again.
                 log.warning("consumer %s fetch failed (%s); retrying in %.1fs", self.consumer, e, backoff)
                 await asyncio.sleep(backoff)

@@ -57,10 +57,24 @@ class Watch:
         self._sub = sub
 
     async def stop(self) -> None:
-        try:
-            await self._sub.unsubscribe()
-        except nats.errors.Error as e:
-            log.debug("kv watch unsubscribe failed: %s", e)
+        await unsubscribe_push(self._sub)
+
+
+async def unsubscribe_push(sub: JetStreamContext.PushSubscription) -> None:
+    """Unsubscribe, and end nats-py's heartbeat/flow-control tasks even when the connection is gone.
+
+    nats-py cancels those tasks only after a successful UNSUB; on a closed connection they would
+    linger for up to two heartbeat intervals.
+    """
+    try:
+        await sub.unsubscribe()
+    except nats.errors.Error as e:
+        log.debug("kv unsubscribe failed: %s", e)
+    finally:
+        jsi = getattr(sub._sub, "_jsi", None)
+        for task in (getattr(jsi, "_hbtask", None), getattr(jsi, "_fctask", None)):
+            if task is not None:
+                task.cancel()
 
 
 def ttl_header_seconds(ttl: float) -> int:
@@ -177,7 +191,7 @@ class KV:
                     done.set()
                 await asyncio.wait_for(done.wait(), timeout=max(30.0, (info.num_pending or 0) / 5000))
             finally:
-                await sub.unsubscribe()
+                await unsubscribe_push(sub)
         return Snapshot(entries, highest)
 
     async def watch(self, callback: WatchCallback, *, start_revision: int | None = None,

@@ -77,13 +77,15 @@ async def test_undecodable_message_is_shown_not_dropped(bus: Bus, nats_url: str)
 
 async def test_live_events_arrive_after_start(bus: Bus, nats_url: str) -> None:
     await bus.publish(released("node-old"))
+    before = {c.name for c in await bus.js.consumers_info("GPUBUS")}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gpubus", "tap", "--nats", nats_url, "--json", "--count", "1",
         "--timeout", "20", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     fresh = released("node-new")
 
     async def consumer_exists() -> bool:
-        return len(await bus.js.consumers_info("GPUBUS")) > 0
+        # Other tests' consumers may live on the shared server: wait for tap's own.
+        return bool({c.name for c in await bus.js.consumers_info("GPUBUS")} - before)
 
     await wait_until(consumer_exists, timeout=20, what="tap to subscribe")
     await bus.publish(fresh)

@@ -1,0 +1,224 @@
+"""Benchmark B3: sustained pods/s through the whole pipeline, and submit->Running latency.
+
+Starts the ``gpubus up`` stack (100 simulated nodes x 8 A100-80GB by default), then creates N
+short pods with open-loop arrivals at ``--rate`` pods/s (each create is sent at its scheduled
+time whether or not earlier ones finished). A pod watch timestamps each pod's Running (or an
+already-Succeeded) phase. Reports: achieved throughput, p50/p99 submit->Running, how many pods
+did not start, the CPU the simulator (API server + kube-scheduler stand-in + nodes process) and
+the services used, and whether any device was ever over-committed (replay of every event).
+
+Pod mix (reference/performance.md §5): 60 % 1 x (8 GiB, 20 %), 30 % 2 x (16 GiB, 30 %),
+10 % 4 x whole GPU; ``--mix small`` uses only the first kind.
+
+    .venv/bin/python bench/e2e.py --pods 20000 --rate 400        # saturation
+    .venv/bin/python bench/e2e.py --pods 9000 --rate 150         # latency at 150 pods/s
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpubus.stack import Stack, StackSpec
+from gpubus.stack_check import replay_overcommit
+from gpubus.stack_pods import percentile
+from shared.bus import STREAM, Bus, BusSettings
+from shared.codec import to_wire
+from shared.events import Event
+from shared.kube import KubeClient, list_and_watch_pods
+from shared.kube_types import Pod
+
+_CLK = os.sysconf("SC_CLK_TCK")
+#: mix -> [(share, GPUs, MiB per GPU or None for the whole card, % cores)]
+MIX: dict[str, list[tuple[float, int, int | None, int]]] = {
+    "standard": [(0.6, 1, 8192, 20), (0.3, 2, 16384, 30), (0.1, 4, None, 100)],
+    "small": [(1.0, 1, 8192, 20)]}
+
+
+def make_pod(i: int, rng: random.Random, mix: str, duration: str) -> dict[str, Any]:
+    r, acc = rng.random(), 0.0
+    share, gpus, mem, cores = MIX[mix][-1]
+    for share, gpus, mem, cores in MIX[mix]:  # noqa: B007 - the loop picks the kind
+        acc += share
+        if r <= acc:
+            break
+    limits: dict[str, Any] = {"nvidia.com/gpu": gpus, "nvidia.com/gpucores": cores}
+    if mem is not None:
+        limits["nvidia.com/gpumem"] = mem
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"b-{i}", "namespace": "default",
+                         "annotations": {"gpubus.io/sim-duration": duration}},
+            "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of one process (threads included) from /proc, in seconds."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLK
+
+
+class Observer:
+    """Running timestamps per pod name, from one pod watch."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.failed: dict[str, str] = {}
+        self.synced = asyncio.Event()
+
+    async def follow(self, kube: KubeClient) -> None:
+        async for event in list_and_watch_pods(kube, synced=self.synced):
+            pod = cast(dict[str, Any], event["object"])
+            name, status = pod["metadata"]["name"], pod.get("status") or {}
+            phase = status.get("phase")
+            if phase in ("Running", "Succeeded") and name not in self.started:
+                self.started[name] = time.time()
+            elif phase == "Failed":
+                self.failed[name] = f"{status.get('reason')}: {status.get('message')}"
+
+
+async def submit_open_loop(kube: KubeClient, pods: list[dict[str, Any]], rate: float,
+                           submitted: dict[str, float], errors: list[str]) -> float:
+    """Send each create at t0 + i/rate; returns t0."""
+    limit = asyncio.Semaphore(512)
+
+    async def create(pod: dict[str, Any]) -> None:
+        async with limit:
+            submitted[pod["metadata"]["name"]] = time.time()
+            try:
+                await kube.create_pod("default", cast(Pod, pod))
+            except Exception as e:
+                errors.append(repr(e)[:200])
+
+    t0 = time.monotonic()
+    tasks = []
+    for i, pod in enumerate(pods):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)  # the arrival schedule itself, not a wait for an outcome
+        tasks.append(asyncio.create_task(create(pod)))
+    await asyncio.gather(*tasks)
+    return t0
+
+
+async def replay_events(url: str) -> list[dict[str, Any]]:
+    bus = await Bus.connect(BusSettings(url=url, name="bench-replay"), source="bench")
+    try:
+        total = (await bus.js.stream_info(STREAM)).state.messages
+        events: list[dict[str, Any]] = []
+        done = asyncio.Event()
+
+        async def on_event(e: Event) -> None:
+            body = to_wire(e)
+            body["kind"] = e.KIND
+            events.append(body)
+            if len(events) >= total:
+                done.set()
+
+        await bus.subscribe("gpubus.>", on_event, deliver="all")
+        await asyncio.wait_for(done.wait(), 300)
+        return events
+    finally:
+        await bus.close()
+
+
+async def main(args: argparse.Namespace) -> None:
+    data = Path(args.data_dir or tempfile.mkdtemp(prefix="gpubus-bench-"))
+    extra: dict[str, tuple[str, ...]] = {"nodes": ("--heartbeat", "30", "--monitor-interval", "5")}
+    if args.profile:
+        extra = {"nodes": (*extra["nodes"], "--profile", str(data / "nodes.prof")),
+                 "control": ("--profile", str(data / "control.prof"))}
+    spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,
+                     pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra)
+    stack = Stack(spec)
+    t = time.monotonic()
+    await stack.start()
+    print(f"stack up: {args.nodes} nodes x {args.devices} in {time.monotonic() - t:.1f}s (data {data})")
+    kube = await KubeClient.from_kubeconfig(stack.kubeconfig)
+    observer = Observer()
+    watch = asyncio.create_task(observer.follow(kube))
+    try:
+        await asyncio.wait_for(observer.synced.wait(), 60)
+        rng = random.Random(7)
+        pods = [make_pod(i, rng, args.mix, args.duration) for i in range(args.pods)]
+        pids = {n: c.pid for n, c in stack.children.items()}
+        pids["nats"] = stack.nats.pid if stack.nats else None
+        cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
+        self0 = resource.getrusage(resource.RUSAGE_SELF)
+        submitted: dict[str, float] = {}
+        errors: list[str] = []
+        wall0 = time.time()
+        await submit_open_loop(kube, pods, args.rate, submitted, errors)
+        offered_s = time.time() - wall0
+        last, progress_at = -1, time.monotonic()
+        while len(observer.started) + len(observer.failed) < len(submitted) - len(errors) \
+                and time.monotonic() - progress_at < args.stall_s:
+            if len(observer.started) != last:
+                last, progress_at = len(observer.started), time.monotonic()
+            await asyncio.sleep(0.2)
+        wall = max(observer.started.values(), default=time.time()) - wall0
+        cpu = {n: cpu_seconds(pid) - cpu0[n] for n, pid in pids.items()}
+        self1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu["bench"] = self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
+        report(args, submitted, observer, errors, offered_s, wall, cpu)
+        events = await replay_events(stack.nats_url)
+        problems = replay_overcommit(events)
+        print(f"over-commit check: {len(events)} events replayed, "
+              f"{'0 over-commits' if not problems else f'{len(problems)} OVER-COMMITS: {problems[:3]}'}")
+    finally:
+        watch.cancel()
+        await kube.close()
+        await stack.stop()
+
+
+def report(args: argparse.Namespace, submitted: dict[str, float], observer: Observer,  # noqa: PLR0917
+           errors: list[str], offered_s: float, wall: float, cpu: dict[str, float]) -> None:
+    lat = [observer.started[n] - t for n, t in submitted.items() if n in observer.started]
+    started = len(lat)
+    print(f"pods: {args.pods} offered at {args.rate:.0f}/s over {offered_s:.1f}s; started {started}, "
+          f"failed {len(observer.failed)}, create errors {len(errors)}, never started "
+          f"{args.pods - started - len(observer.failed) - len(errors)}")
+    print(f"throughput: {started / wall:.0f} pods/s sustained (first submit -> last Running {wall:.1f}s)")
+    if lat:
+        p50, p99 = percentile(lat, 50) * 1000, percentile(lat, 99) * 1000
+        print(f"submit->Running: p50 {p50:.0f} ms  p99 {p99:.0f} ms  max {max(lat) * 1000:.0f} ms")
+    sim = cpu.get("control", 0) + cpu.get("nodes", 0)
+    print(f"CPU seconds over {wall:.1f}s: simulator {sim:.1f} (control {cpu.get('control', 0):.1f}, "
+          f"nodes {cpu.get('nodes', 0):.1f}) = {sim / wall * 100:.0f}% of a core; "
+          f"scheduler {cpu.get('scheduler', 0):.1f}, webhook {cpu.get('webhook', 0):.1f}, "
+          f"nats-server {cpu.get('nats', 0):.1f}, this client {cpu.get('bench', 0):.1f}")
+    print("CPU ms per started pod: " + ", ".join(f"{n} {v / max(started, 1) * 1000:.1f}"
+                                                 for n, v in sorted(cpu.items())))
+    for reason in sorted(set(observer.failed.values()))[:3]:
+        print(f"  failed: {reason}")
+    for error in errors[:3]:
+        print(f"  create error: {error}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--rate", type=float, default=400.0, help="Open-loop arrivals, pods/s.")
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--devices", default="8xA100-80GB")
+    parser.add_argument("--mix", choices=sorted(MIX), default="standard")
+    parser.add_argument("--duration", default="2s", help="How long each pod runs (gpubus.io/sim-duration).")
+    parser.add_argument("--stall-s", type=float, default=60.0,
+                        help="Give up waiting when no pod started for this long.")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--profile", action="store_true", help="cProfile the simulator processes.")
+    asyncio.run(main(parser.parse_args()))

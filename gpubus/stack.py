@@ -1,0 +1,333 @@
+"""The ``gpubus up`` stack: an embedded NATS and the child processes of a whole simulated cluster.
+
+Owns the process tree: starts (in order) NATS, the sim control plane (API server stand-in +
+kube-scheduler stand-in), the webhook, the scheduler, and one process running every simulated
+node (node-agents, kubelet stand-ins, monitor); waits for each to be ready; reports where
+everything is; stops everything in reverse order; and notices a child that dies. The same code
+backs ``gpubus up`` and the end-to-end tests (which also use :meth:`Stack.restart`/:meth:`kill`).
+
+Every child is ``python -m gpubus <command> ...``; this module knows their flags and readiness
+endpoints, never their internals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import ssl
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from gpubus.natsserver import DEFAULT_PORT, EmbeddedNats, NatsServerError, free_port, port_is_free
+from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_NAME = "gpubus-scheduler"
+#: Offsets from ``--port-base``: API server, webhook, extender, monitor /metrics.
+_OFFSETS = {"apiserver": 0, "webhook": 1, "scheduler": 2, "monitor": 3}
+DEFAULT_PORT_BASE = 17000
+
+
+class StackError(RuntimeError):
+    """The stack could not start, or a part of it died."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSpec:
+    """What ``gpubus up`` brings up."""
+
+    data_dir: Path
+    nodes: int = 4
+    devices: str = "4xA100-80GB"
+    """Simulated GPUs per node (node-agent ``--simulate`` syntax)."""
+    nats_url: str | None = None
+    """Use this NATS instead of starting one."""
+    nats_port: int = DEFAULT_PORT
+    """Port of the embedded NATS (0 = any free port)."""
+    port_base: int = DEFAULT_PORT_BASE
+    """API server = base, webhook = base+1, extender = base+2, monitor = base+3; 0 = free ports."""
+    split_count: int = 10
+    pod_duration: str = "60s"
+    """How long a simulated pod runs without the ``gpubus.io/sim-duration`` annotation."""
+    node_prefix: str = "node"
+    log_level: str = "info"
+    ready_timeout_s: float = 60.0
+    fresh: bool = False
+    """Forget the event history and KV state of an earlier run (the embedded NATS store)."""
+    python: str = sys.executable
+    extra_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Extra command-line flags per child (``control``, ``webhook``, ``scheduler``, ``nodes``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports:
+    apiserver: int
+    webhook: int
+    scheduler: int
+    monitor: int
+
+    @classmethod
+    def choose(cls, base: int) -> Ports:
+        if base == 0:
+            return cls(**{name: free_port() for name in _OFFSETS})
+        ports = cls(**{name: base + off for name, off in _OFFSETS.items()})
+        busy = [f"{name} {base + off}" for name, off in _OFFSETS.items() if not port_is_free(base + off)]
+        if busy:
+            raise StackError(f"port(s) busy: {', '.join(busy)} — is another `gpubus up` running? "
+                             f"Stop it or choose other ports with --port-base")
+        return ports
+
+
+Probe = Callable[[], Awaitable[bool]]
+
+
+class Child:
+    """One child process: started with its log file, probed until ready, stopped with SIGTERM."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, probe: Probe,
+                 ready_file: Path | None = None) -> None:
+        self.name, self.argv, self.log_path, self.probe = name, argv, log_path, probe
+        self.ready_file = ready_file
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        if self.ready_file is not None:
+            self.ready_file.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            out.write(f"--- {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
+            out.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                env=env, start_new_session=True)
+        self.starts += 1
+
+    async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Probe until ready; StackError with the log's tail if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise StackError(f"{self.name} exited with code {self.exit_code} while starting\n"
+                                 f"{self.log_tail()}")
+            with contextlib.suppress(Exception):
+                if await self.probe():
+                    return
+            await asyncio.sleep(0.05)  # a readiness probe's interval, not a wait for an outcome
+        raise StackError(f"{self.name} not ready after {timeout:.0f}s\n{self.log_tail()}")
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.returncode
+
+    async def wait_exit(self) -> int:
+        assert self.proc is not None
+        return await self.proc.wait()
+
+    async def stop(self, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+        """SIGTERM, then SIGKILL after ``timeout``."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            log.warning("%s did not stop within %.0fs; killing it", self.name, timeout)
+            await self.kill()
+
+    async def kill(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(f"  {self.name}| {line}" for line in text[-lines:])
+
+
+def _http_probe(url: str, ssl_ctx: ssl.SSLContext | bool = True) -> Probe:
+    async def probe() -> bool:
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url, ssl=ssl_ctx) as r:
+            return r.status == 200
+    return probe
+
+
+def _file_probe(path: Path) -> Probe:
+    async def probe() -> bool:
+        return os.path.exists(path)  # noqa: ASYNC240 - one stat, cheaper than a thread hop
+    return probe
+
+
+class Stack:
+    """A running simulated cluster. ``await start()``; ``await stop()``; see :meth:`endpoints`."""
+
+    def __init__(self, spec: StackSpec) -> None:
+        self.spec = spec
+        self.data_dir = spec.data_dir.resolve()
+        self.nats: EmbeddedNats | None = None
+        self.children: dict[str, Child] = {}
+        self.ports: Ports | None = None
+        self.tls: WebhookTLS | None = None
+
+    # -- paths -----------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig"
+
+    @property
+    def admissions_log(self) -> Path:
+        """JSON lines: what each simulated kubelet got from Allocate (for checks)."""
+        return self.data_dir / "admissions.jsonl"
+
+    @property
+    def nats_url(self) -> str:
+        if self.spec.nats_url:
+            return self.spec.nats_url
+        assert self.nats is not None
+        return self.nats.url
+
+    def node_names(self) -> list[str]:
+        return [f"{self.spec.node_prefix}-{i}" for i in range(1, self.spec.nodes + 1)]
+
+    def endpoints(self) -> dict[str, str]:
+        assert self.ports is not None
+        p = self.ports
+        return {
+            "NATS": self.nats_url,
+            "kubeconfig": str(self.kubeconfig),
+            "API server": f"http://127.0.0.1:{p.apiserver}",
+            "webhook": f"https://127.0.0.1:{p.webhook}/mutate  (/metrics)",
+            "extender": f"http://127.0.0.1:{p.scheduler}  (/filter /prioritize /bind /metrics)",
+            "monitor metrics": f"http://127.0.0.1:{p.monitor}/metrics",
+            "logs": str(self.data_dir / "logs"),
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """NATS, then each child in order, each ready before the next; on failure stop what started."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.ports = Ports.choose(self.spec.port_base)
+        if self.spec.fresh:
+            shutil.rmtree(self.data_dir / "nats", ignore_errors=True)
+        self.admissions_log.unlink(missing_ok=True)
+        self.tls = ensure_webhook_tls(self.data_dir / "tls")
+        if not self.spec.nats_url:
+            self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port)
+        self.children = self._build_children()
+        try:
+            if self.nats is not None:
+                await asyncio.to_thread(self.nats.start)
+            for child in self.children.values():
+                await child.start()
+                await child.wait_ready(self.spec.ready_timeout_s)
+                log.info("%s ready (pid %s)", child.name, child.pid)
+        except (StackError, NatsServerError, OSError):
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Children in reverse order, then NATS."""
+        for child in reversed(list(self.children.values())):
+            await child.stop()
+        if self.nats is not None:
+            await asyncio.to_thread(self.nats.stop)
+
+    async def watch(self) -> tuple[str, int]:
+        """Return (name, exit code) of the first child (or NATS) that dies."""
+        waits = {asyncio.create_task(c.wait_exit(), name=f"wait-{n}"): n for n, c in self.children.items()}
+        if self.nats is not None:
+            waits[asyncio.create_task(self._nats_exit(), name="wait-nats")] = "nats-server"
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+        task = done.pop()
+        return waits[task], task.result()
+
+    async def _nats_exit(self) -> int:
+        while True:
+            assert self.nats is not None
+            code = self.nats.exit_code()
+            if code is not None:
+                return code
+            await asyncio.sleep(0.5)  # no child-exit notification for a Popen; a liveness probe
+
+    # -- faults (tests) ----------------------------------------------------------------------
+    async def kill(self, name: str) -> None:
+        await self.children[name].kill()
+
+    async def restart(self, name: str, *, kill: bool = False) -> None:
+        """Stop (or SIGKILL) one child and start it again, waiting until it is ready."""
+        child = self.children[name]
+        await (child.kill() if kill else child.stop())
+        await child.start()
+        await child.wait_ready(self.spec.ready_timeout_s)
+
+    async def restart_nats(self) -> None:
+        assert self.nats is not None, "restart_nats needs the embedded NATS"
+        await asyncio.to_thread(self.nats.restart)
+
+    # -- children ----------------------------------------------------------------------------
+    def _gpubus(self, *args: str) -> list[str]:
+        return [self.spec.python, "-m", "gpubus", *args]
+
+    def _build_children(self) -> dict[str, Child]:
+        assert self.ports is not None and self.tls is not None
+        p, s, run, logs = self.ports, self.spec, self.data_dir / "run", self.data_dir / "logs"
+        nats = self.nats_url
+        extra = s.extra_args
+        ca_ctx = ssl.create_default_context(cafile=str(self.tls.ca_cert))
+        control = Child("control", self._gpubus(
+            "sim-control", "--port", str(p.apiserver), "--kubeconfig", str(self.kubeconfig),
+            "--webhook-url", f"https://127.0.0.1:{p.webhook}/mutate", "--webhook-ca", str(self.tls.ca_cert),
+            "--extender-url", f"http://127.0.0.1:{p.scheduler}", "--scheduler-name", SCHEDULER_NAME,
+            "--ready-file", str(run / "control.ready"), "--log-level", s.log_level,
+            *extra.get("control", ())),
+            logs / "control.log", _file_probe(run / "control.ready"), run / "control.ready")
+        webhook = Child("webhook", self._gpubus(
+            "webhook", "--bind", "127.0.0.1", "--port", str(p.webhook), "--cert", str(self.tls.cert),
+            "--key", str(self.tls.key), "--kubeconfig", str(self.kubeconfig), "--nats", nats,
+            "--scheduler-name", SCHEDULER_NAME, "--log-level", s.log_level, *extra.get("webhook", ())),
+            logs / "webhook.log", _http_probe(f"https://127.0.0.1:{p.webhook}/healthz", ca_ctx))
+        scheduler = Child("scheduler", self._gpubus(
+            "scheduler", "--bind", "127.0.0.1", "--port", str(p.scheduler),
+            "--kubeconfig", str(self.kubeconfig),
+            "--nats", nats, "--scheduler-name", SCHEDULER_NAME, "--log-level", s.log_level,
+            *extra.get("scheduler", ())),
+            logs / "scheduler.log", _http_probe(f"http://127.0.0.1:{p.scheduler}/readyz"))
+        nodes = Child("nodes", self._gpubus(
+            "sim-nodes", "--nodes", str(s.nodes), "--devices", s.devices, "--prefix", s.node_prefix,
+            "--split-count", str(s.split_count), "--pod-duration", s.pod_duration,
+            "--kubeconfig", str(self.kubeconfig), "--nats", nats, "--metrics-port", str(p.monitor),
+            "--admissions-log", str(self.admissions_log), "--ready-file", str(run / "nodes.ready"),
+            "--log-level", s.log_level, *extra.get("nodes", ())),
+            logs / "nodes.log", _file_probe(run / "nodes.ready"), run / "nodes.ready")
+        return {c.name: c for c in (control, webhook, scheduler, nodes)}

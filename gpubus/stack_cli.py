@@ -1,0 +1,255 @@
+"""``gpubus up``, ``gpubus submit``, ``gpubus get pods`` and the hidden process commands of the stack.
+
+``sim-control`` and ``sim-nodes`` are the children ``gpubus up`` starts (hidden from --help).
+Option parsing and printing only; the work is in :mod:`gpubus.stack`, :mod:`gpubus.stack_submit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpubus.natsserver import DEFAULT_PORT, NatsServerError
+from gpubus.stack import DEFAULT_PORT_BASE, SCHEDULER_NAME, Stack, StackError, StackSpec
+from shared.errors import BadInput, GpubusError
+from shared.logs import setup_logging
+
+DEFAULT_DATA_DIR = Path.home() / ".gpubus" / "up"
+DEFAULT_KUBECONFIG = DEFAULT_DATA_DIR / "kubeconfig"
+
+Opt = typer.Option
+KubeconfigOpt = Annotated[Path, Opt(envvar="GPUBUS_KUBECONFIG",
+                                    help="Kubeconfig (default: the one `gpubus up` writes).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("submit")(submit)
+    get = typer.Typer(name="get", help="Show objects of the cluster (a small kubectl get).",
+                      no_args_is_help=True)
+    get.command("pods")(get_pods)
+    app.add_typer(get)
+    app.command("snapshot")(snapshot)
+    app.command("sim-control", hidden=True)(sim_control)
+    app.command("sim-nodes", hidden=True)(sim_nodes)
+
+
+# -- up ------------------------------------------------------------------------------------------
+
+def up(  # noqa: PLR0917 - typer maps parameters to the command line
+    nodes: Annotated[int, Opt(help="Simulated nodes.")] = 4,
+    devices: Annotated[str, Opt(help="Simulated GPUs per node, e.g. 4xA100-80GB or 8xH100-80GB.")]
+    = "4xA100-80GB",
+    nats: Annotated[str | None, Opt(help="Use this NATS URL instead of starting one.")] = None,
+    nats_port: Annotated[int, Opt(help="Port of the embedded NATS.")] = DEFAULT_PORT,
+    data_dir: Annotated[Path, Opt(help="State, logs, certificates and kubeconfig.")] = DEFAULT_DATA_DIR,
+    port_base: Annotated[int, Opt(help="API server port; webhook +1, extender +2, metrics +3 (0 = any).")]
+    = DEFAULT_PORT_BASE,
+    split_count: Annotated[int, Opt(help="Containers that may share one GPU.")] = 10,
+    pod_duration: Annotated[str, Opt(help="Pod run time without gpubus.io/sim-duration (inf = forever).")]
+    = "60s",
+    log_level: Annotated[str, Opt(help="debug, info, warning, error (children's logs).")] = "info",
+    fresh: Annotated[bool, Opt(help="Forget events and state of an earlier run in --data-dir.")] = False,
+) -> None:
+    """Bring up a whole simulated GPU cluster on this machine: NATS, API server, webhook, scheduler, nodes."""
+    setup_logging("info")
+    spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
+                     port_base=port_base, split_count=split_count, pod_duration=pod_duration,
+                     log_level=log_level, fresh=fresh)
+    with contextlib.suppress(KeyboardInterrupt):
+        code = asyncio.run(_up(spec))
+        raise typer.Exit(code)
+
+
+async def _up(spec: StackSpec) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stack = Stack(spec)
+    typer.echo(f"starting gpubus: {spec.nodes} nodes x {spec.devices} (data in {stack.data_dir})")
+    try:
+        starting = asyncio.create_task(stack.start(), name="stack-start")
+        stopping = asyncio.create_task(stop.wait(), name="stack-stop")
+        await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            typer.echo("interrupted while starting; stopping")
+            return 130
+        starting.result()
+        _print_endpoints(stack)
+        watching = asyncio.create_task(stack.watch(), name="stack-watch")
+        await asyncio.wait([watching, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if watching.done():
+            name, code = watching.result()
+            typer.secho(f"\n{name} died (exit code {code}); stopping everything", fg="red", err=True)
+            child = stack.children.get(name)
+            if child is not None:
+                typer.echo(child.log_tail(), err=True)
+            return 1
+        watching.cancel()
+        typer.echo("\nstopping gpubus ...")
+        return 0
+    except (StackError, NatsServerError) as e:
+        typer.secho(f"gpubus up failed: {e}", fg="red", err=True)
+        return 1
+    finally:
+        started = stack.nats is not None or any(c.starts for c in stack.children.values())
+        await stack.stop()
+        if started:
+            typer.echo("stopped")
+
+
+def _print_endpoints(stack: Stack) -> None:
+    typer.secho("gpubus is up", fg="green", bold=True)
+    for what, where in stack.endpoints().items():
+        typer.echo(f"  {what:<16} {where}")
+    k = stack.kubeconfig
+    typer.echo("\ntry:")
+    typer.echo(f"  gpubus tap --nats {stack.nats_url}")
+    typer.echo("  gpubus submit examples/pod-shared-memory.yaml --count 20"
+               + ("" if k == DEFAULT_KUBECONFIG else f" --kubeconfig {k}"))
+    typer.echo("  gpubus get pods" + ("" if k == DEFAULT_KUBECONFIG else f" --kubeconfig {k}"))
+    typer.echo(f"  kubectl --kubeconfig {k} get pods,nodes")
+    typer.echo("Ctrl-C stops everything.")
+
+
+# -- submit / get ----------------------------------------------------------------------------
+
+def submit(
+    pod_file: Annotated[Path, typer.Argument(help="Pod manifest (YAML, may hold several Pods).")],
+    count: Annotated[int, Opt(help="Create this many copies (names become generateName).")] = 1,
+    kubeconfig: KubeconfigOpt = DEFAULT_KUBECONFIG,
+    namespace: Annotated[str, Opt("--namespace", "-n", help="Namespace of pods that name none.")] = "default",
+    timeout: Annotated[float, Opt(help="Stop waiting after this many seconds.")] = 120.0,
+) -> None:
+    """Create pods, show progress while they schedule, and summarise (phases, reasons, submit->Running)."""
+    from gpubus.stack_submit import SubmitOptions, load_pods
+    from gpubus.stack_submit import submit as run_submit
+
+    try:
+        pods = load_pods(pod_file, count)
+        options = SubmitOptions(kubeconfig=kubeconfig, namespace=namespace, timeout_s=timeout)
+        tracker, errors = asyncio.run(run_submit(pods, options, typer.echo))
+    except (BadInput, GpubusError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    for line in tracker.summary():
+        typer.echo(line)
+    for error in errors[:5]:
+        typer.echo(f"create failed: {error}", err=True)
+    started = sum(1 for t in tracker.pods.values() if t.running_at is not None)
+    raise typer.Exit(0 if started == len(pods) else 1)
+
+
+def get_pods(
+    output: Annotated[str, Opt("--output", "-o", help="wide or json.")] = "",
+    namespace: Annotated[str, Opt("--namespace", "-n", help="Namespace.")] = "default",
+    all_namespaces: Annotated[bool, Opt("--all-namespaces", "-A", help="Every namespace.")] = False,
+    kubeconfig: KubeconfigOpt = DEFAULT_KUBECONFIG,
+) -> None:
+    """Pods with their phase, node and the GPU slices they hold (hami.io/vgpu-devices-allocated)."""
+    from gpubus.stack_submit import get_pods as run_get
+
+    if output not in ("", "wide", "json"):
+        typer.echo("error: -o must be wide or json", err=True)
+        raise typer.Exit(2)
+    try:
+        typer.echo(asyncio.run(run_get(kubeconfig, namespace=None if all_namespaces else namespace,
+                                       output=output)))
+    except (BadInput, GpubusError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+def snapshot(
+    nats: Annotated[str, Opt(help="NATS URL of the cluster.")] = f"nats://127.0.0.1:{DEFAULT_PORT}",
+) -> None:
+    """Print the live cluster (inventory + ledger) as CLUSTER.json for `gpubus explain --cluster`."""
+    import json
+
+    from gpubus.stack_snapshot import snapshot as take
+    from shared.bus import BusSettings
+
+    try:
+        data = asyncio.run(take(BusSettings(url=nats, name="gpubus-snapshot", initial_connect_timeout_s=5.0)))
+    except GpubusError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(data, indent=1))
+
+
+# -- the stack's own processes -------------------------------------------------------------------
+
+def sim_control(  # noqa: PLR0917
+    port: Annotated[int, Opt()],
+    kubeconfig: Annotated[Path, Opt()],
+    webhook_url: Annotated[str, Opt()],
+    webhook_ca: Annotated[Path, Opt()],
+    extender_url: Annotated[str, Opt()],
+    scheduler_name: Annotated[str, Opt()] = SCHEDULER_NAME,
+    ready_file: Annotated[Path | None, Opt()] = None,
+    bind_concurrency: Annotated[int, Opt()] = 64,
+    log_level: Annotated[str, Opt()] = "info",
+    profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
+) -> None:
+    """The API server and kube-scheduler stand-ins (started by `gpubus up`)."""
+    from gpubus.stack_control import ControlSpec, run_control
+
+    setup_logging(log_level)
+    spec = ControlSpec(port=port, kubeconfig=kubeconfig, webhook_url=webhook_url, webhook_ca=webhook_ca,
+                       extender_url=extender_url, scheduler_name=scheduler_name, ready_file=ready_file,
+                       bind_concurrency=bind_concurrency)
+    _run_uvloop(run_control(spec), profile)
+
+
+def sim_nodes(  # noqa: PLR0917
+    nodes: Annotated[int, Opt()],
+    devices: Annotated[str, Opt()],
+    kubeconfig: Annotated[Path, Opt()],
+    nats: Annotated[str, Opt()],
+    prefix: Annotated[str, Opt()] = "node",
+    split_count: Annotated[int, Opt()] = 10,
+    pod_duration: Annotated[str, Opt()] = "60s",
+    metrics_port: Annotated[int, Opt()] = 0,
+    heartbeat: Annotated[float, Opt()] = 10.0,
+    monitor_interval: Annotated[float, Opt()] = 5.0,
+    admissions_log: Annotated[Path | None, Opt()] = None,
+    ready_file: Annotated[Path | None, Opt()] = None,
+    log_level: Annotated[str, Opt()] = "info",
+    profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
+) -> None:
+    """N simulated nodes in one process: node-agents, kubelet stand-ins, monitor (started by `gpubus up`)."""
+    from gpubus.stack_nodes import NodesSpec, run_nodes
+
+    setup_logging(log_level)
+    spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
+                     split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
+                     heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
+                     monitor_interval_s=monitor_interval)
+    _run_uvloop(run_nodes(spec), profile)
+
+
+def _run_uvloop(main: Coroutine[Any, Any, None], profile: Path | None = None) -> None:
+    """uvloop where available (the simulator is the CPU-bound part); optionally under cProfile."""
+    try:
+        import uvloop
+        runner: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    if profile is None:
+        runner(main)
+        return
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(runner, main)
+    finally:
+        profiler.dump_stats(str(profile))

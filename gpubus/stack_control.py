@@ -1,0 +1,88 @@
+"""The control-plane process of ``gpubus up``: the API server stand-in and the kube-scheduler stand-in.
+
+The API server calls the webhook over HTTPS (trusting the stack's CA) on every pod CREATE; the
+kube-scheduler stand-in schedules pods named for gpubus through the extender's HTTP API. Writes
+the kubeconfig, then the ready file. Composition only: both parts live in ``services/sim``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.sim.admission import WebhookConfig
+from services.sim.apiserver import SimApiServer
+from services.sim.extender_client import ExtenderConfig
+from services.sim.scheduler import SchedulerSettings, SimScheduler
+from shared.kube import KubeClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlSpec:
+    port: int
+    kubeconfig: Path
+    webhook_url: str
+    webhook_ca: Path
+    extender_url: str
+    scheduler_name: str
+    ready_file: Path | None = None
+    bind_concurrency: int = 64
+
+
+def write_ready(path: Path | None, **facts: object) -> None:
+    """Atomically publish readiness (the parent probes for the file)."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), **facts}))
+    tmp.replace(path)
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+async def run_control(spec: ControlSpec) -> None:
+    """Serve until SIGTERM/SIGINT or until the scheduler stand-in dies."""
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    webhook = WebhookConfig(name="vgpu.hami.io", url=spec.webhook_url, ca_bundle=spec.webhook_ca.read_bytes(),
+                            failure_policy="Fail", timeout_s=10.0)
+    api = SimApiServer(host="127.0.0.1", port=spec.port, webhooks=[webhook])
+    await api.start()
+    api.write_kubeconfig(spec.kubeconfig)
+    kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
+    extender = ExtenderConfig(url_prefix=spec.extender_url, http_timeout_s=30.0,
+                              node_cache_capable=True)
+    scheduler = SimScheduler(kube, [extender], SchedulerSettings(scheduler_name=spec.scheduler_name,
+                                                                 bind_concurrency=spec.bind_concurrency))
+    running = asyncio.create_task(scheduler.run(), name="sim-scheduler")
+    write_ready(spec.ready_file, apiserver=api.url, kubeconfig=str(spec.kubeconfig))
+    log.info("control plane up: API server %s, scheduling %s pods via %s", api.url, spec.scheduler_name,
+             spec.extender_url)
+    stopping = asyncio.create_task(stop.wait(), name="control-stop")
+    try:
+        await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if running.done() and not running.cancelled():
+            log.error("kube-scheduler stand-in died: %r", running.exception())
+            raise SystemExit(1)
+    finally:
+        for task in (running, stopping):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await scheduler.stop()
+        await kube.close()
+        await api.stop()

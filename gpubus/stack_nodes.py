@@ -1,0 +1,199 @@
+"""The simulated-nodes process of ``gpubus up``: N node-agents, N kubelet stand-ins and one monitor.
+
+Every node has a real :class:`NodeAgent` (simulated GPUs) and a :class:`SimNode` (kubelet stand-in
+plus pod lifecycle) talking real gRPC over unix sockets; all agents share one NATS connection and
+one Kubernetes client, and one :class:`MonitorApp` (sim source) covers every node. For tests it
+answers ``gpubus.query.sim.<node>`` (``{"action": "restart-agent" | "stop-agent" | "start-agent" |
+"restart-kubelet"}``) and writes
+what each kubelet received from Allocate to a JSON-lines file.
+
+Composition only: the parts live in ``services/node_agent``, ``services/sim`` and ``services/monitor``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from gpubus.stack_control import stop_on_signals, write_ready
+from services.monitor.app import MonitorApp
+from services.monitor.settings import MonitorSettings
+from services.node_agent.app import NodeAgent
+from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.simulated import SimulatedSource
+from services.sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
+from shared.bus import Bus, BusSettings
+from shared.events import node_token
+from shared.kube import KubeClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodesSpec:
+    nodes: int
+    devices: str
+    kubeconfig: Path
+    nats_url: str
+    prefix: str = "node"
+    split_count: int = 10
+    pod_duration: str = "60s"
+    metrics_port: int = 0
+    heartbeat_s: float = 10.0
+    admissions_log: Path | None = None
+    ready_file: Path | None = None
+    monitor_interval_s: float = 5.0
+
+
+def _has_devices(sim: SimNode) -> Callable[[], bool]:
+    return lambda: bool(sim.kubelet.devices())
+
+
+def control_subject(node: str) -> str:
+    return f"gpubus.query.sim.{node_token(node)}"
+
+
+class SimCluster:
+    """The nodes of one process and what they share."""
+
+    def __init__(self, spec: NodesSpec, bus: Bus, kube: KubeClient) -> None:
+        self.spec, self.bus, self.kube = spec, bus, kube
+        self.sockets = Path(tempfile.mkdtemp(prefix="gpubus-", dir="/tmp"))  # unix socket paths stay short
+        self.names = [f"{spec.prefix}-{i}" for i in range(1, spec.nodes + 1)]
+        self.sims: dict[str, SimNode] = {}
+        self.agents: dict[str, NodeAgent] = {}
+        self.fatal = asyncio.Event()
+        self.monitor: MonitorApp | None = None
+        self._log: IO[str] | None = (spec.admissions_log.open("a", buffering=1)
+                                     if spec.admissions_log else None)
+
+    def _on_fatal(self, error: BaseException) -> None:
+        log.error("a simulated node died: %r", error)
+        self.fatal.set()
+
+    def _agent_settings(self, node: str) -> NodeAgentSettings:
+        d = self.sockets / node
+        return NodeAgentSettings(node_name=node, simulate=self.spec.devices,
+                                 device_split_count=self.spec.split_count,
+                                 plugin_dir=str(d / "dp"), pod_resources_socket=str(d / "pr.sock"),
+                                 hook_path=str(self.sockets / "hook"), metrics_port=0,
+                                 heartbeat_s=self.spec.heartbeat_s)
+
+    def _new_agent(self, node: str) -> NodeAgent:
+        settings = self._agent_settings(node)
+        return NodeAgent(settings, source=SimulatedSource(node, settings.simulate), bus=self.bus,
+                         kube=self.kube, on_fatal=self._on_fatal)
+
+    def _record(self, admitted: Admitted) -> None:
+        if self._log is None:
+            return
+        containers = {name: {"device_ids": list(c.device_ids), "envs": c.envs}
+                      for name, c in admitted.containers.items()}
+        record = {"node": admitted.node, "namespace": admitted.namespace, "name": admitted.name,
+                  "uid": admitted.uid, "containers": containers}
+        self._log.write(json.dumps(record) + "\n")
+
+    async def start(self) -> None:
+        duration = parse_duration(self.spec.pod_duration, 60.0)
+        for i, node in enumerate(self.names):
+            d = self.sockets / node
+            settings = SimNodeSettings(node=node, plugin_dir=d / "dp", pod_resources_socket=d / "pr.sock",
+                                       default_duration_s=duration, host_ip=f"10.0.{i // 250}.{i % 250 + 1}")
+            sim = SimNode(settings, self.kube, on_admitted=self._record, on_fatal=self._on_fatal)
+            await sim.start()
+            self.sims[node] = sim
+            self.agents[node] = self._new_agent(node)
+            await self.agents[node].start()
+            await self.bus.serve(control_subject(node), self._control_handler(node))
+        for node, sim in self.sims.items():
+            await sim.kubelet.wait_for(_has_devices(sim), timeout=60.0)
+            await asyncio.wait_for(sim.synced.wait(), 60.0)
+            log.debug("node %s registered", node)
+        self.monitor = MonitorApp.build(MonitorSettings(
+            nodes=tuple(self.names), sources=("sim",), metrics_bind="127.0.0.1",
+            metrics_port=self.spec.metrics_port, interval_s=self.spec.monitor_interval_s,
+            publish_interval_s=self.spec.monitor_interval_s, cleanup_interval_s=0), self.bus)
+        await self.monitor.start()
+
+    async def _stop_agent(self, node: str) -> None:
+        agent = self.agents.pop(node, None)
+        if agent is not None:
+            await agent.stop()
+
+    async def _start_agent(self, node: str) -> None:
+        if node not in self.agents:
+            self.agents[node] = self._new_agent(node)
+            await self.agents[node].start()
+
+    async def _restart_kubelet(self, node: str) -> None:
+        """Restart, then wait until the plugin has registered again and listed its devices."""
+        kubelet = self.sims[node].kubelet
+        before = kubelet.registrations
+        await self.sims[node].restart_kubelet()
+        if node in self.agents:
+            await kubelet.wait_for(lambda: kubelet.registrations > before and bool(kubelet.devices()), 30.0)
+
+    def _control_handler(self, node: str) -> Callable[[bytes], Awaitable[bytes]]:
+        async def restart_agent(n: str) -> None:
+            await self._stop_agent(n)
+            await self._start_agent(n)
+
+        actions: dict[str, Callable[[str], Awaitable[None]]] = {
+            "restart-agent": restart_agent, "stop-agent": self._stop_agent, "start-agent": self._start_agent,
+            "restart-kubelet": self._restart_kubelet}
+
+        async def handle(payload: bytes) -> bytes:
+            try:
+                action = json.loads(payload).get("action")
+                if action not in actions:
+                    raise ValueError(f"unknown action {action!r}; one of {sorted(actions)}")
+                await actions[action](node)
+            except (ValueError, AttributeError, TimeoutError) as e:
+                return json.dumps({"ok": False, "error": str(e)}).encode()
+            return json.dumps({"ok": True}).encode()
+        return handle
+
+    async def stop(self) -> None:
+        if self.monitor is not None:
+            await self.monitor.stop()
+        for agent in self.agents.values():
+            await agent.stop()
+        for sim in self.sims.values():
+            await sim.stop()
+        if self._log is not None:
+            self._log.close()
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+async def run_nodes(spec: NodesSpec) -> None:
+    """Serve until SIGTERM/SIGINT or until a node dies."""
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    bus = await Bus.connect(BusSettings(url=spec.nats_url, name="gpubus-sim-nodes", reconnect_wait_s=0.25),
+                            source="sim-nodes")
+    kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
+    cluster = SimCluster(spec, bus, kube)
+    try:
+        await bus.ensure_schema()
+        await cluster.start()
+        write_ready(spec.ready_file, nodes=cluster.names,
+                    metrics_port=cluster.monitor.metrics_port if cluster.monitor else 0)
+        log.info("%d simulated nodes up (%s each)", len(cluster.names), spec.devices)
+        stopping = asyncio.create_task(stop.wait(), name="nodes-stop")
+        dying = asyncio.create_task(cluster.fatal.wait(), name="nodes-fatal")
+        await asyncio.wait([stopping, dying], return_when=asyncio.FIRST_COMPLETED)
+        for task in (stopping, dying):
+            task.cancel()
+    finally:
+        await cluster.stop()
+        await kube.close()
+        await bus.close()
+    if cluster.fatal.is_set():
+        raise SystemExit("simulated nodes stopped: a node died (see the log above)")

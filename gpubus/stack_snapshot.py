@@ -1,0 +1,61 @@
+"""``gpubus snapshot``: the live cluster as the CLUSTER.json ``gpubus explain`` reads.
+
+Devices come from the ``inventory`` bucket, their usage from the ``allocations`` ledger (failed
+entries hold nothing), so ``gpubus explain --cluster <(gpubus snapshot) --pod POD.yaml`` explains a
+Pending pod against what the scheduler sees now.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import msgpack
+
+from shared.annotations import collapse_usage
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings
+from shared.codec import from_wire, to_wire
+from shared.errors import EventDecodeError
+from shared.events import Inventory
+from shared.model import Allocation, AllocationState, DeviceUsage
+
+
+def cluster_json(inventories: list[Inventory], allocations: list[Allocation]) -> dict[str, Any]:
+    """Pure: inventories + ledger -> ``{"nodes": [{"name", "devices": [... used, usedmem, usedcores]}]}``."""
+    used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for a in allocations:
+        if a.state is AllocationState.FAILED:
+            continue
+        for uuid, u in collapse_usage(a.devices, a.init_count).items():
+            acc = used[uuid]
+            acc[0] += u.used
+            acc[1] += u.usedmem
+            acc[2] += u.usedcores
+    nodes = []
+    for inv in sorted(inventories, key=lambda i: i.node):
+        devices = []
+        for d in inv.devices:
+            n, mem, cores = used.get(d.id, [0, 0, 0])
+            u = DeviceUsage(used=n, usedmem=mem, usedcores=cores)
+            devices.append({**to_wire(d), **to_wire(u)})
+        nodes.append({"name": inv.node, "annotations": {}, "devices": devices})
+    return {"nodes": nodes}
+
+
+def _decode(cls: type[Any], value: bytes) -> Any:
+    try:
+        return from_wire(cls, msgpack.unpackb(value, raw=False))
+    except (EventDecodeError, ValueError, msgpack.UnpackException):
+        return None
+
+
+async def snapshot(settings: BusSettings) -> dict[str, Any]:
+    bus = await Bus.connect(settings, source="snapshot")
+    try:
+        inventory = await (await bus.kv(INVENTORY)).items()
+        ledger = await (await bus.kv(ALLOCATIONS)).items()
+    finally:
+        await bus.close()
+    invs = [i for i in (_decode(Inventory, e.value) for e in inventory.values()) if i is not None]
+    allocs = [a for a in (_decode(Allocation, e.value) for e in ledger.values()) if a is not None]
+    return cluster_json(invs, allocs)

@@ -1,0 +1,315 @@
+"""One simulated node's kubelet side: the kubelet stand-in plus the pod lifecycle the kubelet runs.
+
+A :class:`SimNode` registers its ``Node`` object (capacity from what the device plugin advertises),
+serves a :class:`~services.sim.kubelet.SimKubelet` (device plugin registration, pod resources API)
+and watches the pods bound to its node. For each new pod it runs the kubelet's admission path —
+GetPreferredAllocation and Allocate per container, init containers first — then marks the pod
+Running through the ``pods/status`` subresource, and Succeeded when its ``gpubus.io/sim-duration``
+annotation (or the default) expires, freeing its devices; pods found Running when it starts (a
+restarted simulator) are finished on the same schedule. A pod whose Allocate fails becomes
+Failed with reason ``UnexpectedAdmissionError``, as the kubelet does.
+
+It talks to the API server through the ``SimNodeKube`` port and to the device plugin over gRPC;
+it knows nothing about gpubus's services, the bus or the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from services.sim.kubelet import AdmissionError, ContainerAllocation, SimContainer, SimKubelet, SimPod
+from shared.errors import GpubusError
+from shared.kube import Conflict, KubeApi, NotFound, list_and_watch_pods
+from shared.kube_types import Container, Node, Pod
+
+log = logging.getLogger(__name__)
+
+DURATION_ANNOTATION = "gpubus.io/sim-duration"
+ADMISSION_FAILED = "UnexpectedAdmissionError"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_FOREVER = ("inf", "never", "forever")
+
+
+class SimNodeKube(KubeApi, Protocol):
+    """The API server calls a kubelet makes beyond :class:`KubeApi`."""
+
+    async def patch_pod_status(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod: ...
+
+    async def get_node(self, name: str) -> Node | None: ...
+
+    async def create_node(self, node: Node) -> Node: ...
+
+    async def patch_node_status(self, name: str, merge_patch: dict[str, Any]) -> Node: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimNodeSettings:
+    """One simulated node."""
+
+    node: str
+    plugin_dir: Path
+    """Where ``kubelet.sock`` and the device plugin's socket live (keep the path short: unix sockets)."""
+    pod_resources_socket: Path
+    resource_name: str = "nvidia.com/gpu"
+    default_duration_s: float | None = 30.0
+    """How long a pod runs without the duration annotation, seconds; None = until deleted."""
+    labels: dict[str, str] = field(default_factory=dict)
+    host_ip: str = "10.0.0.1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admitted:
+    """What the kubelet got from Allocate for one pod (for checks: the limits a container received)."""
+
+    node: str
+    namespace: str
+    name: str
+    uid: str
+    containers: dict[str, ContainerAllocation]
+
+
+def parse_duration(text: str | None, default: float | None) -> float | None:
+    """``30s``/``2m``/``500ms``/``10`` -> seconds; ``inf``/``never`` -> None (run until deleted)."""
+    if text is None:
+        return default
+    if text.strip().lower() in _FOREVER:
+        return None
+    m = _DURATION.match(text)
+    if m is None:
+        log.warning("%s=%r is not a duration like 30s; using the default", DURATION_ANNOTATION, text)
+        return default
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def _quantity(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _gpus(container: Container, resource: str) -> int:
+    res = container.get("resources") or {}
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    return _quantity(limits.get(resource) or requests.get(resource) or 0)
+
+
+def sim_pod(pod: Pod, resource: str) -> SimPod:
+    """The kubelet's view of a pod: per container how many devices of ``resource`` it asks for."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    containers = [SimContainer(name=c.get("name", ""), gpus=_gpus(c, resource), init=True)
+                  for c in spec.get("initContainers") or []]
+    containers += [SimContainer(name=c.get("name", ""), gpus=_gpus(c, resource))
+                   for c in spec.get("containers") or []]
+    return SimPod(namespace=meta.get("namespace", ""), name=meta.get("name", ""), uid=meta.get("uid", ""),
+                  containers=tuple(containers), resource=resource)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _parse_time(text: str | None) -> float:
+    """RFC 3339 ``...Z`` -> unix seconds; now when absent or malformed."""
+    try:
+        return calendar.timegm(time.strptime(text or "", "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return time.time()
+
+
+def _conditions(ready: bool, now: str) -> list[dict[str, str]]:
+    flag = "True" if ready else "False"
+    return [{"type": t, "status": s, "lastTransitionTime": now} for t, s in
+            (("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", flag), ("Ready", flag))]
+
+
+def running_status(pod: SimPod, host_ip: str) -> dict[str, Any]:
+    now = _now()
+    statuses = [{"name": c.name, "ready": True, "started": True, "restartCount": 0, "image": "sim",
+                 "imageID": "", "containerID": f"sim://{pod.uid}/{c.name}",
+                 "state": {"running": {"startedAt": now}}}
+                for c in pod.containers if not c.init]
+    return {"status": {"phase": "Running", "conditions": _conditions(True, now), "hostIP": host_ip,
+                       "podIP": host_ip, "startTime": now, "containerStatuses": statuses}}
+
+
+def succeeded_status(pod: SimPod) -> dict[str, Any]:
+    now = _now()
+    terminated = {"exitCode": 0, "reason": "Completed", "finishedAt": now}
+    statuses = [{"name": c.name, "ready": False, "started": False, "restartCount": 0, "image": "sim",
+                 "imageID": "", "state": {"terminated": terminated}} for c in pod.containers if not c.init]
+    return {"status": {"phase": "Succeeded", "conditions": _conditions(False, now),
+                       "containerStatuses": statuses}}
+
+
+def failed_status(message: str) -> dict[str, Any]:
+    return {"status": {"phase": "Failed", "reason": ADMISSION_FAILED,
+                       "message": f"Pod was rejected: {message}"}}
+
+
+class SimNode:
+    """A node's kubelet: :meth:`start`, :meth:`stop`, and :meth:`restart_kubelet` for fault tests."""
+
+    def __init__(self, settings: SimNodeSettings, kube: SimNodeKube, *,
+                 on_admitted: Callable[[Admitted], None] | None = None,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+        self.settings = settings
+        self.node = settings.node
+        self.kube = kube
+        self.kubelet = SimKubelet(settings.plugin_dir, settings.pod_resources_socket)
+        self._on_admitted = on_admitted
+        self._on_fatal = on_fatal
+        self._pods: dict[str, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.synced = asyncio.Event()
+        self.admitted = 0
+        self.failed = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.kubelet.start()
+        await self._register_node()
+        self._spawn("pods", self._watch_pods())
+        self._spawn("capacity", self._capacity_loop())
+
+    async def stop(self) -> None:
+        tasks = self._tasks + list(self._pods.values())
+        self._tasks, self._pods = [], {}
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.kubelet.stop()
+
+    async def restart_kubelet(self) -> None:
+        """As a kubelet restart: sockets deleted and re-created, plugins must register again."""
+        await self.kubelet.restart()
+
+    def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro, name=f"sim-node/{self.node}/{what}")
+        task.add_done_callback(self._loop_ended)
+        self._tasks.append(task)
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task not in self._tasks:
+            return
+        error = task.exception() or RuntimeError(f"{task.get_name()} ended")
+        log.error("simulated node loop %s died: %r", task.get_name(), error)
+        if self._on_fatal is not None:
+            self._on_fatal(error)
+
+    # -- the Node object ---------------------------------------------------------------------------
+    def _node_object(self) -> Node:
+        labels = {"kubernetes.io/hostname": self.node, "kubernetes.io/os": "linux", "gpu": "on",
+                  **self.settings.labels}
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node, "labels": labels}}
+
+    def _status(self, gpus: int) -> dict[str, Any]:
+        capacity = {"cpu": "64", "memory": "512Gi", "pods": "1000", self.settings.resource_name: str(gpus)}
+        now = _now()
+        return {"status": {
+            "capacity": capacity, "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "simulated kubelet is posting ready status",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "addresses": [{"type": "InternalIP", "address": self.settings.host_ip},
+                          {"type": "Hostname", "address": self.node}],
+            "nodeInfo": {"kubeletVersion": "v1.33.0-gpubus-sim", "operatingSystem": "linux",
+                         "architecture": "amd64"}}}
+
+    async def _register_node(self) -> None:
+        with contextlib.suppress(Conflict):
+            await self.kube.create_node(self._node_object())
+        await self.kube.patch_node_status(self.node, self._status(0))
+
+    def _healthy(self) -> int:
+        return sum(h == "Healthy" for h in self.kubelet.devices(self.settings.resource_name).values())
+
+    async def _capacity_loop(self) -> None:
+        """Node capacity follows the plugin's healthy devices, as the kubelet's device manager does."""
+        posted = 0
+        while True:
+            healthy = self._healthy()
+            if healthy != posted:
+                try:
+                    await self.kube.patch_node_status(self.node, self._status(healthy))
+                    posted = healthy
+                except GpubusError as e:
+                    log.warning("node %s: capacity not posted, retrying: %s", self.node, e)
+                    await asyncio.sleep(1.0)
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await self.kubelet.wait_for(lambda: self._healthy() != posted, timeout=3600.0)  # noqa: B023
+
+    # -- pods --------------------------------------------------------------------------------------
+    async def _watch_pods(self) -> None:
+        selector = f"spec.nodeName={self.node}"
+        async for event in list_and_watch_pods(self.kube, field_selector=selector, synced=self.synced):
+            pod = event["object"]
+            uid = (pod.get("metadata") or {}).get("uid", "")
+            phase = (pod.get("status") or {}).get("phase", "Pending")
+            if event["type"] == "DELETED" or phase in ("Succeeded", "Failed"):
+                self._forget(uid)
+            elif uid not in self._pods and phase in ("Pending", "Running"):
+                run = self._run_pod(pod) if phase == "Pending" else self._resume_pod(pod)
+                self._pods[uid] = asyncio.create_task(run, name=f"sim-pod/{self.node}/{uid}")
+
+    def _forget(self, uid: str) -> None:
+        task = self._pods.pop(uid, None)
+        if task is not None and not task.done():
+            task.cancel()
+        self.kubelet.remove(uid)
+
+    async def _run_pod(self, pod: Pod) -> None:
+        """Admit, run for the pod's duration, finish. Cancelled when the pod is deleted."""
+        simpod = sim_pod(pod, self.settings.resource_name)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        try:
+            allocations = await self.kubelet.admit(simpod)
+        except AdmissionError as e:
+            self.failed += 1
+            log.info("pod %s/%s rejected at admission on %s: %s", simpod.namespace, simpod.name, self.node, e)
+            await self._patch(simpod, failed_status(str(e)))
+            return
+        self.admitted += 1
+        if self._on_admitted is not None:
+            self._on_admitted(Admitted(node=self.node, namespace=simpod.namespace, name=simpod.name,
+                                       uid=simpod.uid, containers=allocations))
+        await self._patch(simpod, running_status(simpod, self.settings.host_ip))
+        duration = parse_duration(annotations.get(DURATION_ANNOTATION), self.settings.default_duration_s)
+        if duration is None:
+            return
+        await asyncio.sleep(duration)
+        await self._patch(simpod, succeeded_status(simpod))
+        self.kubelet.remove(simpod.uid)
+
+    async def _resume_pod(self, pod: Pod) -> None:
+        """A pod already Running when this kubelet started (a restarted simulator): finish it on time."""
+        simpod = sim_pod(pod, self.settings.resource_name)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        duration = parse_duration(annotations.get(DURATION_ANNOTATION), self.settings.default_duration_s)
+        if duration is None:
+            return
+        started = _parse_time((pod.get("status") or {}).get("startTime"))
+        await asyncio.sleep(max(0.0, started + duration - time.time()))
+        await self._patch(simpod, succeeded_status(simpod))
+
+    async def _patch(self, pod: SimPod, status: dict[str, Any]) -> None:
+        try:
+            await self.kube.patch_pod_status(pod.namespace, pod.name, status)
+        except NotFound:
+            log.debug("pod %s/%s is gone", pod.namespace, pod.name)
+        except GpubusError as e:
+            log.warning("pod %s/%s: status %s not written: %s", pod.namespace, pod.name,
+                        status["status"]["phase"], e)

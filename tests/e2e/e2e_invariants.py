@@ -1,0 +1,115 @@
+"""The invariants every end-to-end test ends with, as one reusable checker over recorded facts.
+
+Facts: the event stream (replayed through ``gpubus tap --json --all``), the pods from the API
+server, what each simulated kubelet received from Allocate, and the ``allocations``/``locks``
+buckets. Violations are collected as sentences, so a failing test says everything that broke.
+
+1. No device is ever over-committed: replaying inventory + allocation.decided/failed/released in
+   stream order, per device the slots, MiB and cores handed out never exceed the device's.
+2. Every pod is Running/Succeeded with exactly the limits it asked for (the Allocate envs match the
+   decision and the decision matches the pod's resource limits), or Pending with a published
+   ``pod.unschedulable``, or (only where the test allows it) Failed.
+3. The ledger equals the live pods: KV ``allocations`` holds exactly the bound, unfinished pods.
+4. No Allocate lease (``alloc.<node>.<n>``) is left behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpubus.stack_check import replay_overcommit
+
+Pod = dict[str, Any]
+
+_MEM, _PCT, _CORES, _COUNT = "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", \
+    "nvidia.com/gpu"
+
+
+def _limits(container: dict[str, Any]) -> dict[str, Any]:
+    return (container.get("resources") or {}).get("limits") or {}
+
+
+def _expected_envs(pod: Pod, record: dict[str, Any], devmem: dict[str, int]) -> list[str]:
+    """Invariant 2 for one started pod: envs == decision == request."""
+    problems: list[str] = []
+    name = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    spec = pod.get("spec") or {}
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    for c in containers:
+        limits = _limits(c)
+        if _COUNT not in limits:
+            continue
+        got = record["containers"].get(c["name"])
+        if got is None:
+            problems.append(f"{name}/{c['name']}: the kubelet never got an Allocate answer")
+            continue
+        envs, ids = got["envs"], got["device_ids"]
+        if len(ids) != int(limits[_COUNT]):
+            problems.append(f"{name}/{c['name']}: asked {limits[_COUNT]} GPUs, kubelet assigned {len(ids)}")
+        uuids = envs.get("NVIDIA_VISIBLE_DEVICES", "").split(",")
+        for i, uuid in enumerate(uuids):
+            want = None
+            if _MEM in limits:
+                want = int(limits[_MEM])
+            elif _PCT in limits and uuid in devmem:
+                want = devmem[uuid] * int(limits[_PCT]) // 100
+            elif uuid in devmem:
+                want = devmem[uuid]  # no memory asked: the whole card
+            have = envs.get(f"CUDA_DEVICE_MEMORY_LIMIT_{i}")
+            if want is not None and have != f"{want}m":
+                problems.append(f"{name}/{c['name']}: CUDA_DEVICE_MEMORY_LIMIT_{i}={have}, asked {want}m")
+        cores = int(limits.get(_CORES, 0))
+        sm = envs.get("CUDA_DEVICE_SM_LIMIT")
+        if cores and sm != str(cores):
+            problems.append(f"{name}/{c['name']}: CUDA_DEVICE_SM_LIMIT={sm}, asked {cores}")
+    return problems
+
+
+@dataclass(slots=True)
+class Facts:
+    events: list[dict[str, Any]]
+    pods: list[Pod]
+    admissions: dict[str, dict[str, Any]]
+    """pod uid -> what its kubelet got from Allocate (last admission)."""
+    ledger: set[str]
+    """Keys of KV ``allocations``."""
+    locks: set[str]
+    """Keys of KV ``locks``."""
+
+
+def check(facts: Facts, *, allow_failed: frozenset[str] = frozenset(),
+          allow_pending: bool = True) -> list[str]:
+    """Every violated invariant as a sentence (empty when all hold)."""
+    problems = replay_overcommit(facts.events)
+    devmem = {d["id"]: d["devmem"] for e in facts.events if e.get("kind") == "inventory.snapshot"
+              for d in e["devices"]}
+    refused = [e for e in facts.events if e.get("kind") == "pod.unschedulable"]
+    unschedulable = {e.get("uid") for e in refused} | {f"{e['namespace']}/{e['name']}" for e in refused}
+    live: set[str] = set()
+    for pod in facts.pods:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        name, uid, phase = f"{meta['namespace']}/{meta['name']}", meta["uid"], status.get("phase", "Pending")
+        if (pod.get("spec") or {}).get("nodeName") and phase not in ("Succeeded", "Failed"):
+            live.add(uid)
+        if phase in ("Running", "Succeeded"):
+            record = facts.admissions.get(uid)
+            if record is None:
+                problems.append(f"{name} is {phase} but no kubelet admitted it")
+            else:
+                problems += _expected_envs(pod, record, devmem)
+        elif phase == "Pending":
+            if not allow_pending:
+                problems.append(f"{name} is still Pending")
+            elif not (pod.get("spec") or {}).get("nodeName") and uid not in unschedulable \
+                    and name not in unschedulable:
+                problems.append(f"{name} is Pending without a published pod.unschedulable reason")
+        elif phase == "Failed" and meta["name"] not in allow_failed:
+            problems.append(f"{name} Failed: {status.get('reason')}: {status.get('message')}")
+    if facts.ledger != live:
+        problems.append(f"ledger != live pods: extra {sorted(facts.ledger - live)[:5]}, "
+                        f"missing {sorted(live - facts.ledger)[:5]}")
+    stuck = sorted(k for k in facts.locks if k.startswith("alloc."))
+    if stuck:
+        problems.append(f"Allocate leases left behind: {stuck[:5]}")
+    return problems

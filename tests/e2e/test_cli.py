@@ -1,0 +1,166 @@
+"""The user's path: ``gpubus up`` (Ctrl-C, busy ports), ``gpubus submit`` of every example, ``get pods``.
+
+The commands run as real subprocesses against a stack started through the same code as ``up``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from e2e_harness import E2E, gpu_pod, running_stack
+
+from gpubus.stack import Stack, StackError, StackSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RUNNABLE = ["pod-shared-memory.yaml", "pod-percentage-memory.yaml", "pod-exclusive-card.yaml",
+            "pod-multi-gpu.yaml", "pod-gpu-type.yaml", "pod-gpu-uuid.yaml", "pod-numa-bind.yaml"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def e2e(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[E2E]:
+    async with running_stack(Path(tmp_path_factory.mktemp("cli")), nodes=2, devices="4xA100-80GB") as handle:
+        yield handle
+
+
+async def gpubus(*args: str, timeout: float = 90) -> tuple[int, str, str]:  # noqa: ASYNC109
+    pipe = asyncio.subprocess.PIPE
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gpubus", *args,
+                                                stdout=pipe, stderr=pipe)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("example", RUNNABLE)
+async def test_every_example_runs_through_gpubus_submit(e2e: E2E, example: str) -> None:
+    code, out, err = await gpubus("submit", str(EXAMPLES / example),
+                                  "--kubeconfig", str(e2e.stack.kubeconfig), "--timeout", "60")
+    assert code == 0, out + err
+    assert "Running 1" in out or "Succeeded 1" in out, out
+    assert "submit->Running" in out
+
+
+async def test_submit_count_summarises_phases_and_latency(e2e: E2E) -> None:
+    code, out, err = await gpubus("submit", str(EXAMPLES / "pod-small.yaml"), "--count", "6",
+                                  "--kubeconfig", str(e2e.stack.kubeconfig))
+    assert code == 0, out + err
+    assert "Running 6" in out and "p50" in out and "p99" in out, out
+
+
+async def test_the_pod_that_cannot_fit_is_reported_pending_with_the_reason(e2e: E2E) -> None:
+    code, out, _ = await gpubus("submit", str(EXAMPLES / "pod-cannot-fit.yaml"),
+                                "--kubeconfig", str(e2e.stack.kubeconfig), "--timeout", "60")
+    assert code == 1
+    assert "Pending 1" in out and "Unschedulable" in out, out
+    code, out, _ = await gpubus("explain", "--cluster", str(EXAMPLES / "cluster.json"),
+                                "--pod", str(EXAMPLES / "pod-cannot-fit.yaml"))
+    assert code == 1 and "CardInsufficientMemory" in out, out
+
+
+async def test_explain_against_a_snapshot_of_the_live_cluster_says_why(e2e: E2E, tmp_path: Path) -> None:
+    await e2e.create(gpu_pod("holding", mem=30000, cores=40))
+    await e2e.wait_phase(["holding"], {"Running"})
+    code, out, err = await gpubus("snapshot", "--nats", e2e.stack.nats_url)
+    assert code == 0, err
+    live = json.loads(out)
+    assert {n["name"] for n in live["nodes"]} == {"node-1", "node-2"}
+    assert sum(d["usedmem"] for n in live["nodes"] for d in n["devices"]) >= 30000
+    (tmp_path / "cluster.json").write_text(out)
+    code, out, _ = await gpubus("explain", "--cluster", str(tmp_path / "cluster.json"),
+                                "--pod", str(EXAMPLES / "pod-cannot-fit.yaml"))
+    assert code == 1 and "node-1" in out and "CardInsufficientMemory" in out, out
+
+
+async def test_get_pods_shows_node_and_gpu_slices(e2e: E2E) -> None:
+    pod = EXAMPLES / "pod-percentage-memory.yaml"
+    await gpubus("submit", str(pod), "--kubeconfig", str(e2e.stack.kubeconfig), "--namespace", "kube-public")
+    code, out, _ = await gpubus("get", "pods", "--kubeconfig", str(e2e.stack.kubeconfig))
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "STATUS", "NODE", "GPU", "AGE"]
+    row = next(r for r in rows if r.startswith("shared-memory"))  # submitted by the examples test
+    assert "node-" in row and "3000MiB/30%" in row, row
+    code, out, _ = await gpubus("get", "pods", "-A", "-o", "wide", "--kubeconfig", str(e2e.stack.kubeconfig))
+    assert any(r.split()[:2] == ["kube-public", "quarter-card"] and "20480MiB/25%" in r
+               for r in out.splitlines()), out
+    code, out, _ = await gpubus("get", "pods", "-o", "json", "--kubeconfig", str(e2e.stack.kubeconfig))
+    assert any(p["metadata"]["name"] == "shared-memory" for p in json.loads(out)["items"])
+    await e2e.check_invariants()
+
+
+async def test_a_second_stack_on_the_same_ports_says_which_port_is_busy(e2e: E2E, tmp_path: Path) -> None:
+    assert e2e.stack.ports is not None
+    spec = StackSpec(data_dir=tmp_path, nodes=1, port_base=e2e.stack.ports.apiserver, nats_port=0)
+    with pytest.raises(StackError, match=rf"busy: apiserver {e2e.stack.ports.apiserver}"):
+        await Stack(spec).start()
+
+
+async def test_gpubus_up_prints_where_everything_is_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpubus", "up", "--nodes", "1", "--devices", "1xA100-80GB", "--nats-port", "0",
+        "--port-base", "0", "--data-dir", str(tmp_path), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    async with asyncio.timeout(90):
+        while not any("Ctrl-C stops everything" in line for line in seen):
+            line = (await proc.stdout.readline()).decode()
+            assert line, "gpubus up ended early:\n" + "".join(seen)
+            seen.append(line)
+    text = "".join(seen)
+    for what in ("NATS", "kubeconfig", "webhook", "extender", "monitor metrics", "gpubus tap"):
+        assert what in text, text
+    proc.send_signal(signal.SIGINT)
+    rest, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, rest.decode()
+    assert "stopped" in rest.decode()
+
+
+async def test_gpubus_up_stops_everything_loudly_when_a_part_dies(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpubus", "up", "--nodes", "1", "--devices", "1xA100-80GB", "--nats-port", "0",
+        "--port-base", "0", "--data-dir", str(tmp_path), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT)
+    assert proc.stdout is not None
+    pids: dict[str, int] = {}
+    async with asyncio.timeout(90):
+        while True:
+            line = (await proc.stdout.readline()).decode()
+            assert line, "gpubus up ended early"
+            if " ready (pid " in line:
+                name = line.split(" ready (pid ")[0].rsplit(" ", 1)[-1]
+                pids[name] = int(line.split(" ready (pid ")[1].split(")")[0])
+            if "Ctrl-C stops everything" in line:
+                break
+    os.kill(pids["scheduler"], signal.SIGKILL)
+    rest, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert "scheduler died" in rest.decode()
+    for name, pid in pids.items():
+        if name != "scheduler":
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(("kubeconfig", "message"), [
+    ("/nonexistent/kubeconfig", "no kubeconfig at /nonexistent/kubeconfig: start `gpubus up`"),
+    ("not-a-kubeconfig", "cannot use kubeconfig"),
+])
+async def test_submit_and_get_explain_a_missing_or_broken_kubeconfig(tmp_path: Path, kubeconfig: str,
+                                                                    message: str) -> None:
+    path = Path(kubeconfig) if kubeconfig.startswith("/") else tmp_path / kubeconfig
+    if not kubeconfig.startswith("/"):
+        path.write_text("foo: 1\n")
+    for args in (("submit", str(EXAMPLES / "pod-small.yaml")), ("get", "pods")):
+        code, _, err = await gpubus(*args, "--kubeconfig", str(path))
+        assert code in (1, 2) and message in err and "Traceback" not in err, err

@@ -1,0 +1,102 @@
+"""The whole pipeline on one shared stack (3 nodes x 2 A100-80GB): webhook -> filter -> prioritize ->
+bind -> GetPreferredAllocation -> Allocate -> Running -> usage -> Succeeded -> released.
+
+Each test creates its own pods, ends with the invariant check over everything the stack has
+seen, and deletes its pods so the next test starts with free GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from asyncwait import wait_until
+from e2e_harness import E2E, gpu_pod, running_stack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def e2e(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[E2E]:
+    async with running_stack(Path(tmp_path_factory.mktemp("stack"))) as handle:
+        yield handle
+
+
+async def _cleanup(e2e: E2E, names: list[str]) -> None:
+    for name in names:
+        await e2e.kube.delete_pod("default", name)
+    await wait_until(lambda: not any(n in e2e.pods for n in names), 30, what="pods deleted")
+
+
+async def test_shared_pods_run_with_exactly_the_limits_they_asked_for(e2e: E2E) -> None:
+    names = [f"shared-{i}" for i in range(12)]
+    await e2e.create(*(gpu_pod(n, mem=3000, cores=15) for n in names))
+    await e2e.wait_phase(names, {"Running"})
+    await e2e.check_invariants()
+    await _cleanup(e2e, names)
+
+
+async def test_finished_pods_release_their_slices(e2e: E2E) -> None:
+    names = [f"short-{i}" for i in range(8)]
+    await e2e.create(*(gpu_pod(n, mem=4000, cores=20, duration="1s") for n in names))
+    await e2e.wait_phase(names, {"Succeeded"})
+    await e2e.check_invariants()
+    events = await e2e.tap_replay()
+    uids = {e2e.pods[n]["metadata"]["uid"] for n in names}
+    released = {e["pod_uid"] for e in events if e["kind"] == "allocation.released"}
+    assert uids <= released
+    await _cleanup(e2e, names)
+
+
+async def test_one_pod_passes_every_stage_in_order(e2e: E2E) -> None:
+    await e2e.create(gpu_pod("staged", mem=1000, cores=5, duration="3s"))
+    await e2e.wait_phase(["staged"], {"Succeeded"})
+    uid = e2e.pods["staged"]["metadata"]["uid"]
+
+    async def stages() -> list[str]:
+        seen: list[str] = []
+        for e in await e2e.tap_replay():
+            mine = (e.get("name") == "staged" or e.get("pod_uid") == uid
+                    or (e.get("allocation") or {}).get("pod_uid") == uid
+                    or any(c.get("pod_uid") == uid for c in e.get("containers") or []))
+            if mine and e["kind"] not in seen:
+                seen.append(e["kind"])
+        return seen
+
+    want = ["pod.admitted", "allocation.decided", "allocation.applied", "usage.sample", "allocation.released"]
+    await wait_until(lambda: _ordered(stages(), want), 20, what=f"stages {want}")
+    await e2e.check_invariants()
+    await _cleanup(e2e, ["staged"])
+
+
+async def _ordered(seen_coro: object, want: list[str]) -> bool:
+    seen = await seen_coro  # type: ignore[misc]
+    return [k for k in seen if k in want] == want
+
+
+async def test_percentage_exclusive_and_multi_gpu_pods_get_their_slices(e2e: E2E) -> None:
+    pods = [gpu_pod("half-0", mem=None, pct=50, cores=30), gpu_pod("half-1", mem=None, pct=50, cores=30),
+            gpu_pod("exclusive", mem=None, cores=100), gpu_pod("two-cards", mem=8000, cores=25, gpus=2),
+            gpu_pod("with-init", mem=2000, cores=10, init=True)]
+    names = [p["metadata"]["name"] for p in pods]
+    await e2e.create(*pods)
+    await e2e.wait_phase(names, {"Running"})
+    admissions = e2e.admissions()
+    two = admissions[e2e.pods["two-cards"]["metadata"]["uid"]]["containers"]["main"]
+    assert len(set(two["envs"]["NVIDIA_VISIBLE_DEVICES"].split(","))) == 2
+    await e2e.check_invariants()
+    await _cleanup(e2e, names)
+
+
+async def test_a_pod_that_cannot_fit_stays_pending_with_a_published_reason(e2e: E2E) -> None:
+    await e2e.create(gpu_pod("too-big", mem=200_000, cores=10),
+                     gpu_pod("wrong-type", annotations={"nvidia.com/use-gputype": "H100"}),
+                     gpu_pod("right-type", annotations={"nvidia.com/use-gputype": "A100"}))
+    await e2e.wait_unschedulable("too-big")
+    await e2e.wait_unschedulable("wrong-type")
+    await e2e.wait_phase(["right-type"], {"Running"})
+    assert e2e.phase("too-big") == "Pending"
+    await e2e.check_invariants()
+    await _cleanup(e2e, ["too-big", "wrong-type", "right-type"])

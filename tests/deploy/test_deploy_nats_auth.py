@@ -170,6 +170,15 @@ async def test_scheduler_owns_the_ledger_and_decisions(connect: Any, server: Con
     assert await lease.release()
     assert await _stored(bus, "gpubus.allocation.decided.node-1")
     assert await _stored(bus, "gpubus.pod.unschedulable._")
+
+    async def leader(payload: bytes) -> bytes:
+        return b'{"Error":""}'
+
+    service = await bus.serve("gpubus.query.scheduler.bind", leader, queue="binders")
+    try:  # a standby forwards /bind to the leader over request/reply
+        assert await bus.request("gpubus.query.scheduler.bind", b"{}", timeout=5) == b'{"Error":""}'
+    finally:
+        await service.stop()
     assert await _refused(server, "scheduler", "gpubus.inventory.snapshot.node-1")
     assert await _refused(server, "scheduler", "gpubus.usage.sample.node-1")
 

@@ -231,7 +231,7 @@ class Stack:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """NATS, then each child in order, each ready before the next; on failure stop what started."""
+        """NATS, the control plane, then the other children together; on failure stop what started."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.ports = Ports.choose(self.spec.port_base)
         if self.spec.fresh:
@@ -244,13 +244,18 @@ class Stack:
         try:
             if self.nats is not None:
                 await asyncio.to_thread(self.nats.start)
-            for child in self.children.values():
-                await child.start()
-                await child.wait_ready(self.spec.ready_timeout_s)
-                log.info("%s ready (pid %s)", child.name, child.pid)
+            first, *rest = self.children.values()
+            await self._start_ready(first)
+            # The others need only NATS and the API server: start them together, both cores busy.
+            await asyncio.gather(*(self._start_ready(child) for child in rest))
         except (StackError, NatsServerError, OSError):
             await self.stop()
             raise
+
+    async def _start_ready(self, child: Child) -> None:
+        await child.start()
+        await child.wait_ready(self.spec.ready_timeout_s)
+        log.info("%s ready (pid %s)", child.name, child.pid)
 
     async def stop(self) -> None:
         """Children in reverse order, then NATS."""

@@ -31,7 +31,11 @@ def register(app: typer.Typer) -> None:
 def monitor(  # noqa: PLR0917 - typer maps parameters to the command line
     node: Annotated[
         list[str] | None,
-        typer.Option(help="Node to monitor (repeat for several simulated nodes; env NODE_NAME)."),
+        typer.Option(
+            "--node-name",
+            "--node",
+            help="Node to monitor (repeat for several simulated nodes; env NODE_NAME).",
+        ),
     ] = None,
     hook_path: Annotated[
         str | None,
@@ -62,7 +66,8 @@ def monitor(  # noqa: PLR0917 - typer maps parameters to the command line
     ] = None,
     config: Annotated[str | None, typer.Option(help="YAML settings file.")] = None,
     nats: Annotated[
-        str | None, typer.Option(help="NATS URL(s) (env GPUBUS_BUS_URL); 'none' runs without.")
+        str | None,
+        typer.Option("--nats-url", "--nats", help="NATS URL(s) (env GPUBUS_BUS_URL); 'none' runs without."),
     ] = None,
     nats_creds: Annotated[str | None, typer.Option(help="NATS .creds file.")] = None,
     nats_tls_ca: Annotated[

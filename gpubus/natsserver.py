@@ -63,13 +63,34 @@ def _greets(host: str, port: int) -> bool:
         return False
 
 
+def _log_tail(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    return ": " + " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+
+
+def wait_until_serving(port: int, timeout: float = 10.0, proc: subprocess.Popen[bytes] | None = None,
+                       log: Path | None = None, host: str = "127.0.0.1") -> None:
+    """Block until a client connection gets the server's ``INFO`` greeting; NatsServerError if not."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise NatsServerError(f"nats-server exited with code {proc.returncode}{_log_tail(log)}")
+        if _greets(host, port):
+            return
+        time.sleep(0.02)  # a readiness probe's interval, not a wait for an outcome
+    raise NatsServerError(f"nats-server on port {port} not ready after {timeout}s{_log_tail(log)}")
+
+
 class EmbeddedNats:
     """``nats-server -a HOST -p PORT -js -sd STORE`` that keeps its port and store across restarts."""
 
-    def __init__(self, store_dir: Path, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> None:
+    def __init__(self, store_dir: Path, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1",
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
         self.port = port or free_port(host)
+        self.extra_args = extra_args
         self._proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir / "nats-server.log"
 
@@ -98,24 +119,18 @@ class EmbeddedNats:
                 f"Stop it, pick another with --nats-port, or reuse it with --nats nats://{self.host}:{self.port}")
         self.store_dir.mkdir(parents=True, exist_ok=True)
         args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js",
-                "-sd", str(self.store_dir)]
+                "-sd", str(self.store_dir), *self.extra_args]
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         self._wait_serving(timeout)
 
     def _wait_serving(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            code = self.exit_code()
-            if code is not None:
-                raise NatsServerError(f"nats-server exited with code {code}; see {self.log_path}")
-            if _greets(self.host, self.port):
-                return
-            time.sleep(0.02)  # a readiness probe's interval, not a wait for an outcome
-        self.stop()
-        raise NatsServerError(f"nats-server on port {self.port} not ready after {timeout}s; "
-                              f"see {self.log_path}")
+        try:
+            wait_until_serving(self.port, timeout, self._proc, self.log_path, self.host)
+        except NatsServerError:
+            self.stop()
+            raise
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self._proc = self._proc, None

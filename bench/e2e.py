@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import uvloop
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpubus.stack import Stack, StackSpec
@@ -73,7 +75,11 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 class Observer:
-    """Running timestamps per pod name, from one pod watch."""
+    """Running timestamps per pod name, from one pod watch.
+
+    The watch selects ``status.phase!=Pending`` server-side, so this client decodes about two
+    events per pod (Running, Succeeded) instead of every write the pipeline makes to it.
+    """
 
     def __init__(self) -> None:
         self.started: dict[str, float] = {}
@@ -81,7 +87,8 @@ class Observer:
         self.synced = asyncio.Event()
 
     async def follow(self, kube: KubeClient) -> None:
-        async for event in list_and_watch_pods(kube, synced=self.synced):
+        async for event in list_and_watch_pods(kube, field_selector="status.phase!=Pending",
+                                               synced=self.synced):
             pod = cast(dict[str, Any], event["object"])
             name, status = pod["metadata"]["name"], pod.get("status") or {}
             phase = status.get("phase")
@@ -221,4 +228,4 @@ if __name__ == "__main__":
                         help="Give up waiting when no pod started for this long.")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--profile", action="store_true", help="cProfile the simulator processes.")
-    asyncio.run(main(parser.parse_args()))
+    uvloop.run(main(parser.parse_args()))  # the services' loop too: the client's own CPU stays small

@@ -61,6 +61,7 @@ async def main(pods: int, nodes: int) -> None:
         kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(Path(tempfile.mkdtemp()) / "kc"))
         for i in range(nodes):
             await kube.create_node({"metadata": {"name": f"n{i}"}})
+            await kube.patch_node_status(f"n{i}", {"status": {"allocatable": {"nvidia.com/gpu": "10000"}}})
         runner = web.AppRunner(extender_app(kube, nodes), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()

@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, cast
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 import orjson
@@ -141,6 +143,23 @@ async def _raise_for_status(resp: aiohttp.ClientResponse, what: str) -> None:
     raise error_for(resp.status, f"{what}: {resp.status} {message}", reason)
 
 
+def _skip_env_lookups(rest: RESTClientObject, host: str) -> None:
+    """Stop the per-request proxy/netrc lookups when no proxy applies to ``host``.
+
+    kubernetes_asyncio's session trusts the environment, so aiohttp resolves proxy and netrc
+    settings in a worker thread on EVERY request: two thread hops that cost more CPU than the
+    request itself. The environment does not change under a running process, so it is consulted
+    once here; when a proxy does apply the session is left as it is.
+    """
+    hostname = urlsplit(host).hostname or ""
+    if getproxies() and not proxy_bypass(hostname):
+        return
+    session = rest.pool_manager
+    connector = session.connector
+    session.detach()  # the connector (and its TLS context) moves to the new session
+    rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
+
+
 class KubeClient:
     """``KubeApi`` over kubernetes_asyncio. Build with :meth:`from_kubeconfig` or :meth:`in_cluster`."""
 
@@ -165,8 +184,10 @@ class KubeClient:
         watch_client = k8s.ApiClient(configuration)
         await watch_client.rest_client.close()
         watch_client.rest_client = RESTClientObject(configuration, maxsize=0)  # 0: no connection limit
-        return cls(k8s.ApiClient(configuration), watch_client=watch_client,
-                   request_timeout_s=request_timeout_s)
+        api_client = k8s.ApiClient(configuration)
+        for client in (api_client, watch_client):
+            _skip_env_lookups(client.rest_client, str(configuration.host))
+        return cls(api_client, watch_client=watch_client, request_timeout_s=request_timeout_s)
 
     @classmethod
     async def from_kubeconfig(

@@ -29,6 +29,7 @@ from services.monitor.settings import MonitorSettings, SourceKind
 from services.monitor.sources.hamicore import CONTAINERS_DIR, HamiCoreSource
 from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
 from services.monitor.sources.sim import SimSource
+from shared.bus import ANY
 from shared.codec import from_wire
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
@@ -50,8 +51,13 @@ class BusPort(Protocol):
     """What the monitor needs of :class:`shared.bus.Bus`."""
 
     def emit(self, event: Event) -> None: ...
-    async def subscribe(
-        self, subject: str, handler: Callable[[Event], Awaitable[None]], *, deliver: str | float = "new"
+    async def route(
+        self,
+        subjects: tuple[str, ...],
+        token: str,
+        handler: Callable[[Event], Awaitable[None]],
+        *,
+        deliver: str | float = "new",
     ) -> Any: ...
     async def kv(self, bucket: str) -> Any: ...
 
@@ -237,8 +243,11 @@ class MonitorApp:
         since = (
             time.time() - 2.0
         )  # replay what happens while the snapshot is read; applying twice is harmless
-        for subject in self.subjects():
-            self._subscriptions.append(await self.bus.subscribe(subject, self.on_event, deliver=since))
+        # One ordered push consumer for every subject (no fetch polling, no acks): on_event only
+        # updates the in-memory ledger, so a failure is a bug to log, not something to retry.
+        self._subscriptions.append(
+            await self.bus.route(tuple(self.subjects()), ANY, self.on_event, deliver=since)
+        )
 
     async def _serve_metrics(self) -> None:
         web_app = web.Application()

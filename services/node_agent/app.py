@@ -31,9 +31,15 @@ from services.node_agent.pending import Completed
 from services.node_agent.plugin import DevicePluginServicer
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
-from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, compare
+from services.node_agent.verify import (
+    Mismatch,
+    PodResourcesClient,
+    PodResourcesUnavailable,
+    VerifyQueue,
+    compare,
+)
 from shared.annotations import NODE_REGISTER, encode_node_devices
-from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, Service, Subscription
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, Route, Service
 from shared.codec import from_wire, to_wire
 from shared.errors import BusUnavailable, EventDecodeError, GpubusError
 from shared.events import (
@@ -52,6 +58,11 @@ from shared.model import Allocation, DeviceUUID, PodUID
 log = logging.getLogger(__name__)
 
 _VERIFY_ATTEMPTS = 6
+#: The events a node-agent acts on (``allocation.<verb>.<node>``); not the ones it publishes itself.
+DECISION_SUBJECTS = (
+    f"gpubus.{AllocationDecided.KIND}.*",
+    f"gpubus.{AllocationReleased.KIND}.*",
+)
 _LEASE_RETRY_S = 1.0
 
 
@@ -126,15 +137,17 @@ class NodeAgent:
             if settings.pod_resources_socket
             else None
         )
-        self._subscription: Subscription | None = None
+        self._subscription: Route | None = None
         self._health_service: Service | None = None
         self._annotation = ""
+        self._verify_queue = VerifyQueue(settings.verify_delay_s, _VERIFY_ATTEMPTS)
+        self._verify_wakeup = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._subscription = await self.bus.subscribe(
-            f"gpubus.allocation.*.{node_token(self.node)}", self._on_event, deliver="new"
-        )
+        # Routed from the process's one shared consumer (many agents in the simulator): decisions
+        # published from now on arrive in order, across reconnects; older ones come from the KV.
+        self._subscription = await self.bus.route(DECISION_SUBJECTS, node_token(self.node), self._on_event)
         await self._rebuild_from_kv()
         await self._reconcile_with_kubelet()
         if isinstance(self.source, HealthInjector):
@@ -148,6 +161,8 @@ class NodeAgent:
             log.warning("no GPUs to advertise on %s; not registering with the kubelet", self.node)
         self.tasks.spawn("health", self._health_loop(), root=True)
         self.tasks.spawn("inventory", self._inventory_loop(), root=True)
+        if self.pod_resources is not None:
+            self.tasks.spawn("verify", self._verify_loop(), root=True)
         self._count_devices(self.advertised.snapshot)
         log.info(
             "node-agent for %s up: %d GPUs, %d replicas",
@@ -206,7 +221,8 @@ class NodeAgent:
     def _pod_done(self, allocation: Allocation, completed: Completed | None) -> None:
         self.tasks.spawn(f"release-{allocation.pod_uid}", self._release_leases(allocation))
         if completed is not None and self.pod_resources is not None:
-            self.tasks.spawn(f"verify-{allocation.pod_uid}", self._verify(allocation))
+            self._verify_queue.add(allocation, asyncio.get_running_loop().time())
+            self._verify_wakeup.set()
 
     async def _release_leases(self, allocation: Allocation) -> None:
         sizes = sorted({len(d) for d in allocation.devices if d})
@@ -225,44 +241,57 @@ class NodeAgent:
                         break
                     await asyncio.sleep(_LEASE_RETRY_S)
 
-    async def _verify(self, allocation: Allocation) -> None:
+    async def _verify_loop(self) -> None:
+        """Check completed pods against the kubelet's pod resources, one ``List`` per due batch."""
         assert self.pod_resources is not None
-        delay = self.settings.verify_delay_s
-        for _ in range(_VERIFY_ATTEMPTS):
-            await asyncio.sleep(delay)
-            delay *= 2
+        loop = asyncio.get_running_loop()
+        window = self.settings.verify_delay_s / 2
+        while True:
+            due = self._verify_queue.next_due()
+            wake = self._verify_wakeup.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake, None if due is None else max(0.0, due - loop.time()))
+            self._verify_wakeup.clear()
+            checks = self._verify_queue.take_due(loop.time(), window)
+            if not checks:
+                continue
             try:
-                mismatches = compare(allocation, await self.pod_resources.assigned())
+                assigned = await self.pod_resources.assigned()
             except PodResourcesUnavailable as e:
-                log.info("verify %s/%s: %s", allocation.namespace, allocation.name, e)
-                continue
-            if mismatches is None:
-                continue
-            self.metrics.verifications.labels(result="mismatch" if mismatches else "ok").inc()
-            for m in mismatches:
-                self.metrics.mismatches.labels(where="pod_resources").inc()
-                log.warning(
-                    "pod %s/%s container %s: kubelet assigned %s, decided %s",
-                    allocation.namespace,
-                    allocation.name,
-                    m.container,
-                    m.actual,
-                    m.expected,
+                log.info("verify on %s: %s", self.node, e)
+                assigned = None
+            for check in checks:
+                mismatches = None if assigned is None else compare(check.allocation, assigned)
+                if mismatches is not None:
+                    self._verified(check.allocation, mismatches)
+                elif not self._verify_queue.retry(check, loop.time()):
+                    self.metrics.verifications.labels(result="unlisted").inc()
+                    log.info("verify %s/%s: the kubelet never listed the pod",
+                             check.allocation.namespace, check.allocation.name)
+
+    def _verified(self, allocation: Allocation, mismatches: list[Mismatch]) -> None:
+        self.metrics.verifications.labels(result="mismatch" if mismatches else "ok").inc()
+        for m in mismatches:
+            self.metrics.mismatches.labels(where="pod_resources").inc()
+            log.warning(
+                "pod %s/%s container %s: kubelet assigned %s, decided %s",
+                allocation.namespace,
+                allocation.name,
+                m.container,
+                m.actual,
+                m.expected,
+            )
+            self.bus.emit(
+                AllocationMismatch(
+                    node=self.node,
+                    pod_uid=allocation.pod_uid,
+                    namespace=allocation.namespace,
+                    name=allocation.name,
+                    container=m.container,
+                    expected=m.expected,
+                    actual=m.actual,
                 )
-                self.bus.emit(
-                    AllocationMismatch(
-                        node=self.node,
-                        pod_uid=allocation.pod_uid,
-                        namespace=allocation.namespace,
-                        name=allocation.name,
-                        container=m.container,
-                        expected=m.expected,
-                        actual=m.actual,
-                    )
-                )
-            return
-        self.metrics.verifications.labels(result="unlisted").inc()
-        log.info("verify %s/%s: the kubelet never listed the pod", allocation.namespace, allocation.name)
+            )
 
     # -- devices ---------------------------------------------------------------------------------
     async def _health_loop(self) -> None:

@@ -1,15 +1,20 @@
 """Checking the kubelet's own record (pod resources API ``List``) against what we decided.
 
 ``compare`` is pure: for each GPU container of an allocation, the physical UUIDs of the replica
-IDs the kubelet assigned must equal the decided UUIDs. ``PodResourcesClient`` is the thin gRPC
+IDs the kubelet assigned must equal the decided UUIDs. ``VerifyQueue`` (pure, clock passed in)
+schedules the checks with a doubling delay per attempt and hands out every check due within a
+window together, so one ``List`` serves all pods a node allocated meanwhile instead of one
+``List`` per pod. ``PodResourcesClient`` is the thin gRPC
 adapter over the kubelet's pod resources socket; its errors become :class:`BusUnavailable`-like
 ``PodResourcesUnavailable``. Nothing here emits events; the caller decides.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -51,6 +56,53 @@ def compare(allocation: Allocation, assigned: Assigned) -> list[Mismatch] | None
         if expected != actual:
             mismatches.append(Mismatch(container=name, expected=expected, actual=actual))
     return mismatches
+
+
+@dataclass(order=True, slots=True)
+class Check:
+    """One allocation waiting to be verified: ``attempt`` (0-based) falls due at ``due``."""
+
+    due: float
+    order: int
+    allocation: Allocation = field(compare=False)
+    attempt: int = field(default=0, compare=False)
+    delay: float = field(default=0.0, compare=False)
+
+
+class VerifyQueue:
+    """Checks of completed allocations, due ``first_delay_s`` after completion, then doubling."""
+
+    def __init__(self, first_delay_s: float, attempts: int) -> None:
+        self._first = first_delay_s
+        self._attempts = attempts
+        self._heap: list[Check] = []
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, allocation: Allocation, now: float) -> None:
+        heapq.heappush(self._heap, Check(due=now + self._first, order=next(self._order),
+                                         allocation=allocation, delay=self._first))
+
+    def next_due(self) -> float | None:
+        return self._heap[0].due if self._heap else None
+
+    def take_due(self, now: float, window_s: float) -> list[Check]:
+        """Every check due by ``now + window_s`` (a check a little early is as good as on time)."""
+        taken = []
+        while self._heap and self._heap[0].due <= now + window_s:
+            taken.append(heapq.heappop(self._heap))
+        return taken
+
+    def retry(self, check: Check, now: float) -> bool:
+        """Schedule the next attempt with twice the delay; False when the attempts are used up."""
+        if check.attempt + 1 >= self._attempts:
+            return False
+        delay = check.delay * 2
+        heapq.heappush(self._heap, Check(due=now + delay, order=next(self._order),
+                                         allocation=check.allocation, attempt=check.attempt + 1, delay=delay))
+        return True
 
 
 class PodResourcesClient:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -148,7 +149,6 @@ class SchedulerApp:
             options=BindOptions(
                 bind_timeout_s=s.bind_timeout_s,
                 reservation_ttl_s=s.reservation_ttl_s,
-                label_pods=s.label_pods,
                 names=self.names,
             ),
             clock=self.clock,
@@ -158,7 +158,9 @@ class SchedulerApp:
 
     def _wire_reconciler(self) -> None:
         self.phases = BindPhaseWriter(
-            self.kube, on_outcome=lambda outcome: self.metrics.bind_phase_patches.labels(outcome).inc()
+            self.kube,
+            label_nodes=self.settings.label_pods,
+            on_outcome=lambda outcome: self.metrics.bind_phase_patches.labels(outcome).inc(),
         )
         self.reconciler = Reconciler(
             self.state,
@@ -207,7 +209,6 @@ class SchedulerApp:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        await self.binder.close()
         await self.leases.close()
         await self.state.close()
         await self.bus.close()
@@ -217,6 +218,9 @@ class SchedulerApp:
     async def run(self) -> None:
         """Serve until cancelled or until an owned task dies."""
         await self.start()
+        # The loaded ledger, inventory and modules live as long as the process: keep the cyclic GC
+        # from walking them again on every full collection.
+        gc.freeze()
         try:
             task = await self._ended.get()
             log.error("task %s ended; stopping the scheduler", task.get_name(), exc_info=task.exception())
@@ -287,10 +291,12 @@ class SchedulerApp:
         self.leases.wake(node)
 
     async def _elected(self) -> None:
+        # forwarded binds first: standbys send them as soon as they see this replica lead, and a
+        # bind needs neither the verdicts (replayed from ``since``) nor the pod watch
+        await self.forwarder.serve(self.extender.bind_here)
         since = self.clock() - 2 * self.settings.lease_ttl_s
         self._verdicts = await self.reconciler.subscribe_verdicts(since)
         self._spawn(self._leader_tasks, "scheduler-pods", self.reconciler.watch_pods())
-        await self.forwarder.serve(self.extender.bind_here)
 
     async def _deposed(self) -> None:
         await self.forwarder.stop()

@@ -45,25 +45,36 @@ log = logging.getLogger(__name__)
 
 #: Pods remembered from /filter so /bind needs no API read (bounded, oldest dropped first).
 POD_CACHE_SIZE = 4096
-_LABEL_VALUE_MAX = 63
 
 
 class PodCache:
-    """The last pods seen by filter, by UID: bind reads the spec from here before asking the API."""
+    """The last pods seen by filter, by UID, with the request parsed from each: prioritize and bind
+    reuse the parse, and bind reads the spec from here before asking the API."""
 
     def __init__(self, size: int = POD_CACHE_SIZE) -> None:
-        self._pods: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
+        self._pods: OrderedDict[str, tuple[Mapping[str, Any], PodRequest | None]] = OrderedDict()
         self._size = size
 
-    def put(self, uid: str, pod: Mapping[str, Any]) -> None:
+    def put(self, uid: str, pod: Mapping[str, Any], request: PodRequest | None = None) -> None:
         if not uid:
             return
-        self._pods[uid] = pod
+        self._pods[uid] = (pod, request)
         self._pods.move_to_end(uid)
         while len(self._pods) > self._size:
             self._pods.popitem(last=False)
 
-    def pop(self, uid: str) -> Mapping[str, Any] | None:
+    def request(self, pod: Mapping[str, Any]) -> PodRequest | None:
+        """The request parsed from this very pod (same UID and resourceVersion), if held."""
+        meta = pod.get("metadata")
+        if type(meta) is not dict:
+            return None
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        held = self._pods.get(uid) if type(uid) is str and version else None
+        if held is None or held[1] is None:
+            return None
+        return held[1] if (held[0].get("metadata") or {}).get("resourceVersion") == version else None
+
+    def pop(self, uid: str) -> tuple[Mapping[str, Any], PodRequest | None] | None:
         return self._pods.pop(uid, None)
 
 
@@ -71,7 +82,6 @@ class PodCache:
 class BindOptions:
     bind_timeout_s: float = 25.0
     reservation_ttl_s: float = 60.0
-    label_pods: bool = True
     names: ResourceNames = DEFAULT_NAMES
 
 
@@ -121,7 +131,6 @@ class Binder:
         """Awaited with the pod's namespace before Fit: its ResourceQuota has been read once."""
         self._node_locks: dict[NodeName, asyncio.Lock] = {}
         self._in_flight: set[str] = set()
-        self._background: set[asyncio.Task[None]] = set()
 
     def binding(self, uid: str) -> bool:
         """True while a bind for this pod is running here."""
@@ -143,8 +152,8 @@ class Binder:
             )
         if self._kube is None:
             raise BindError("no_kube", "no Kubernetes API configured (--kubeconfig or --in-cluster)")
-        pod = await self._pod(args)
-        request = self._request(pod, args)
+        pod, parsed = await self._pod(args)
+        request = self._request(pod, args) if parsed is None else parsed
         node = NodeName(args.node)
         if not request.wants_gpu:
             await self._post_binding(args, node, {})
@@ -183,7 +192,6 @@ class Binder:
             raise
         finally:
             self._in_flight.discard(uid)
-        self._label(args, node)
         return "bound"
 
     async def _reserve(self, request: PodRequest, node: NodeName) -> Allocation:
@@ -222,8 +230,10 @@ class Binder:
             log.error("pod %s: could not undo a failed bind (%s); reconcile will release it", uid, e)
         self._leases.wake(node)
 
-    async def _pod(self, args: BindingArgs) -> Mapping[str, Any]:
-        pod = self._pods.pop(args.pod_uid)
+    async def _pod(self, args: BindingArgs) -> tuple[Mapping[str, Any], PodRequest | None]:
+        """The pod (from filter's cache, else the API) and its request if filter parsed it."""
+        seen = self._pods.pop(args.pod_uid)
+        pod, parsed = (None, None) if seen is None else seen
         if pod is None:
             assert self._kube is not None
             try:
@@ -241,7 +251,7 @@ class Binder:
                 f"pod {args.pod_namespace}/{args.pod_name} has UID {uid}, "
                 f"not {args.pod_uid} (it was re-created)",
             )
-        return pod
+        return pod, parsed
 
     def _request(self, pod: Mapping[str, Any], args: BindingArgs) -> PodRequest:
         try:
@@ -276,32 +286,3 @@ class Binder:
             raise BindError(
                 "bind_failed", f"binding {args.pod_namespace}/{args.pod_name} to {node} failed: {e}"
             ) from None
-
-    def _label(self, args: BindingArgs, node: NodeName) -> None:
-        """HAMi also labels the pod with its node; a second write, so it is best effort."""
-        if not self._opt.label_pods or len(node) > _LABEL_VALUE_MAX or self._kube is None:
-            return
-        kube = self._kube
-
-        async def patch() -> None:
-            try:
-                await kube.patch_pod(
-                    args.pod_namespace, args.pod_name, {"metadata": {"labels": {ann.ASSIGNED_NODE: node}}}
-                )
-            except KubeError as e:
-                log.warning(
-                    "pod %s/%s: could not set label %s: %s",
-                    args.pod_namespace,
-                    args.pod_name,
-                    ann.ASSIGNED_NODE,
-                    e,
-                )
-
-        task = asyncio.create_task(patch(), name=f"label-{args.pod_uid}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def close(self) -> None:
-        """Wait for the best-effort label writes still running."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)

@@ -108,6 +108,9 @@ class Extender:
 
     async def _args(self, request: web.Request, verb: str) -> tuple[ExtenderArgs, PodRequest]:
         args = parse_extender_args(await self._body(request))
+        parsed = self._pods.request(args.pod)  # prioritize follows filter with the same pod
+        if parsed is not None:
+            return args, parsed
         try:
             return args, pod_request(args.pod, self._names)
         except RequestError as e:
@@ -140,7 +143,7 @@ class Extender:
         except AnnotationError as e:
             self._metrics.decisions.labels("filter", "bad_annotation").inc()
             return _json(error_result(f"pod {pod.namespace}/{pod.name}: {e}"))
-        self._pods.put(pod.uid, args.pod)
+        self._pods.put(pod.uid, args.pod, pod)
         for reason, n in outcome.reason_counts.items():
             self._metrics.reasons.labels(reason).inc(n)
         if not outcome.passed:
@@ -173,7 +176,8 @@ class Extender:
         else:
             scores = self._placement.scores(pod, args.node_names, self._clock())
         self._metrics.decisions.labels("prioritize", "scored").inc()
-        return _json([HostPriority(Host=n, Score=s) for n, s in scores])
+        priorities: list[HostPriority] = [{"Host": n, "Score": s} for n, s in scores]
+        return _json(priorities)
 
     async def bind(self, request: web.Request) -> web.Response:
         started = time.perf_counter()

@@ -466,7 +466,7 @@ def filter_nodes(
         else:
             failed.append(node)
     best: NodeFit | None = None
-    name = best_node(fits, p.node_policy)
-    if name is not None and choose:
+    name = best_node(fits, p.node_policy) if choose else None
+    if name is not None:
         best = _fit_node(next(n for n in nodes if n.name == name), p)
     return FilterResult(fits, failed, p, best, exact)

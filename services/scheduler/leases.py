@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 
 #: ``owner_alive(pod_uid) -> bool``: False lets a waiter take the lease over at once.
 OwnerAlive = Callable[[str], bool]
+#: KV keeps a key a little past its TTL before expiring it.
+_EXPIRY_SLACK_S = 0.2
+#: Least wait after a lost attempt whose holder's TTL should be over (expiry writes no marker).
+_RETRY_S = 0.05
 
 
 class LeaseTimeout(Exception):
@@ -44,8 +48,27 @@ def device_counts(devices: PodDevices) -> list[int]:
     return sorted({len(slot) for slot in devices if slot})
 
 
+class _Holder:
+    """A key's holder as the watch last showed it, and when that revision was first seen."""
+
+    __slots__ = ("owner", "revision", "seen_at")
+
+    def __init__(self, owner: str, revision: int, seen_at: float) -> None:
+        self.owner = owner
+        self.revision = revision
+        self.seen_at = seen_at
+
+
 class AllocLeases:
-    """Acquire, wait for and release the ambiguity leases of pods."""
+    """Acquire, wait for and release the ambiguity leases of pods.
+
+    The watch on ``alloc.>`` also keeps who holds each key (a hint, never the decision: only a KV
+    create takes a lease). A waiter woken while the hint shows a live holder whose TTL has not run
+    out waits on without touching KV, so the wakes from every ledger change on a hot node cost a
+    dict lookup instead of three KV round trips; and a pod's leases are released only where the
+    hint shows it still holding them (the node-agent normally released them at Allocate). A lease
+    missed by a lagging hint is harmless: its owner is gone, so the next waiter takes it over.
+    """
 
     def __init__(self, bus: Bus, *, ttl: float, owner_alive: OwnerAlive) -> None:
         self._bus = bus
@@ -53,9 +76,10 @@ class AllocLeases:
         self._owner_alive = owner_alive
         self._kv: KV | None = None
         self._watch: Watch | None = None
-        self._waiters: dict[str, asyncio.Event] = {}
+        self._waiters: dict[str, dict[str, asyncio.Event]] = {}
+        """node -> key -> the one local waiter contending for it (see ``_acquire_one``)."""
         self._queues: dict[str, asyncio.Lock] = {}
-        self._first_seen: dict[str, tuple[int, float]] = {}
+        self._holders: dict[str, _Holder] = {}
         self.takeovers = 0
 
     async def start(self) -> None:
@@ -73,13 +97,25 @@ class AllocLeases:
 
     def wake(self, node: NodeName | None = None) -> None:
         """Re-check waiters (for one node, or all): a holder's ledger entry changed."""
-        prefix = None if node is None else f"alloc.{node}."
-        for key, event in self._waiters.items():
-            if prefix is None or key.startswith(prefix):
+        if node is None:
+            groups = list(self._waiters.values())
+        else:
+            group = self._waiters.get(node)
+            groups = [] if group is None else [group]
+        for group in groups:
+            for event in group.values():
                 event.set()
 
     async def _on_key(self, key: str, entry: Entry | None) -> None:
-        event = self._waiters.get(key)
+        if entry is None:
+            self._holders.pop(key, None)
+        else:
+            held = self._holders.get(key)
+            if held is None or held.revision != entry.revision:
+                owner = entry.value.decode("utf-8", "replace")
+                self._holders[key] = _Holder(owner, entry.revision, time.monotonic())
+        group = self._waiters.get(_node_of(key))
+        event = None if group is None else group.get(key)
         if event is not None:
             event.set()
 
@@ -88,60 +124,69 @@ class AllocLeases:
         held: list[Lease] = []
         try:
             for n in sorted(set(counts)):
-                held.append(await self._acquire_one(lease_key(node, n), owner, deadline))
+                held.append(await self._acquire_one(node, lease_key(node, n), owner, deadline))
         except BaseException:
             await self.release(held)
             raise
         return held
 
-    async def _acquire_one(self, key: str, owner: str, deadline: float) -> Lease:
+    async def _acquire_one(self, node: str, key: str, owner: str, deadline: float) -> Lease:
         # In-process FIFO: only the first local waiter contends for the key, so a release wakes
         # one KV attempt instead of a thundering herd (80 pods onto one node).
         queue = self._queues.setdefault(key, asyncio.Lock())
         try:
-            await asyncio.wait_for(queue.acquire(), timeout=max(deadline - time.monotonic(), 0.0))
+            # asyncio.timeout, not wait_for: no extra task per bind when the queue is free
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                await queue.acquire()
         except TimeoutError:
             raise LeaseTimeout(key, None) from None
+        group = self._waiters.setdefault(node, {})
+        event = group[key] = asyncio.Event()
         try:
-            return await self._contend(key, owner, deadline)
+            return await self._contend(key, owner, deadline, event)
         finally:
+            del group[key]
+            if not group:
+                self._waiters.pop(node, None)
             queue.release()
 
-    async def _contend(self, key: str, owner: str, deadline: float) -> Lease:
+    async def _contend(self, key: str, owner: str, deadline: float, event: asyncio.Event) -> Lease:
         lease = await self._bus.lease(key, owner, ttl=self._ttl, auto_renew=False)
 
         async def alive(holder: str) -> bool:
             return self._owner_alive(holder)
 
         while True:
-            event = self._waiters.setdefault(key, asyncio.Event())
             event.clear()
-            if await lease.acquire(alive):
-                self._forget(key)
-                return lease
-            holder_expires = await self._holder_expiry(key)
-            wait = min(deadline, holder_expires) - time.monotonic()
-            if time.monotonic() >= deadline:
-                self._forget(key)
+            now = time.monotonic()
+            expires = self._expiry(key, owner, now)
+            if expires is None:  # free, ours, its owner gone, or its TTL over: ask KV
+                if await lease.acquire(alive):
+                    return lease
+                if key not in self._holders:
+                    await self._learn_holder(key)  # held since before our watch started
+                now = time.monotonic()
+                expires = self._expiry(key, owner, now) or now + _RETRY_S
+            if now >= deadline:
                 raise LeaseTimeout(key, await lease.holder())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout=max(wait, 0.0))
+                async with asyncio.timeout(min(deadline, expires) - now):
+                    await event.wait()
 
-    async def _holder_expiry(self, key: str) -> float:
-        """When the current holder's TTL must have run out, counted from when we first saw its revision."""
+    async def _learn_holder(self, key: str) -> None:
         assert self._kv is not None
         entry = await self._kv.get(key)
-        now = time.monotonic()
-        if entry is None:
-            return now
-        seen = self._first_seen.get(key)
-        if seen is None or seen[0] != entry.revision:
-            seen = (entry.revision, now)
-            self._first_seen[key] = seen
-        return seen[1] + self.effective_ttl + 0.2
+        if entry is not None and key not in self._holders:
+            owner = entry.value.decode("utf-8", "replace")
+            self._holders[key] = _Holder(owner, entry.revision, time.monotonic())
 
-    def _forget(self, key: str) -> None:
-        self._first_seen.pop(key, None)
+    def _expiry(self, key: str, owner: str, now: float) -> float | None:
+        """When the key's live holder (by the watch) must have lost it by TTL; None: try KV now."""
+        held = self._holders.get(key)
+        if held is None or held.owner == owner or not self._owner_alive(held.owner):
+            return None
+        expires = held.seen_at + self.effective_ttl + _EXPIRY_SLACK_S
+        return expires if expires > now else None
 
     async def release(self, leases: Iterable[Lease]) -> None:
         for lease in leases:
@@ -151,6 +196,15 @@ class AllocLeases:
     async def release_for(self, node: str, devices: PodDevices, owner: str) -> None:
         """Release whatever of a pod's leases it still holds (pod gone, bind failed, entry failed)."""
         for n in device_counts(devices):
-            lease = await self._bus.lease(lease_key(node, n), owner, ttl=self._ttl, auto_renew=False)
+            key = lease_key(node, n)
+            held = self._holders.get(key)
+            if held is None or held.owner != owner:
+                continue  # released at Allocate (the usual case), or someone else's by now
+            lease = await self._bus.lease(key, owner, ttl=self._ttl, auto_renew=False)
             with contextlib.suppress(BusUnavailable):
                 await lease.release()
+
+
+def _node_of(key: str) -> str:
+    """``alloc.<node>.<n>`` -> node (node names may contain dots; ``n`` never does)."""
+    return key[len("alloc.") : key.rindex(".")]

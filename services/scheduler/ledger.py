@@ -228,7 +228,13 @@ class Ledger:
 
     def _put(self, allocation: Allocation, revision: int) -> None:
         uid = allocation.pod_uid
-        if uid in self._held:
+        held = self._held.get(uid)
+        if held is not None and _same_usage(held.allocation, allocation):
+            # RESERVED -> DECIDED -> APPLIED keep the same devices: the node's usage, version and
+            # every per-node cache built on them stay valid
+            self._held[uid] = _Held(allocation, revision)
+            return
+        if held is not None:
             self._drop(uid)
         self._held[uid] = _Held(allocation, revision)
         self._by_node.setdefault(allocation.node, set()).add(uid)
@@ -282,6 +288,17 @@ class Ledger:
     def _notify(self, node: NodeName) -> None:
         for feed in self._feeds:
             feed.add(node)
+
+
+def _same_usage(a: Allocation, b: Allocation) -> bool:
+    """Whether two entries of one pod add exactly the same usage to the same node and namespace."""
+    return (
+        a.node == b.node
+        and a.namespace == b.namespace
+        and a.init_count == b.init_count
+        and (a.state in _FREE_STATES) == (b.state in _FREE_STATES)
+        and a.devices == b.devices
+    )
 
 
 def _contributions(allocation: Allocation) -> Iterator[tuple[DeviceUUID, int, int, int]]:

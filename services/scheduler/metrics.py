@@ -188,6 +188,23 @@ class _Live(Collector):
             yield GaugeMetricFamily(name, doc, value=read())
 
 
+class _Children:
+    """A labelled counter whose children are looked up once per label values: ``labels()``
+    validates and escapes the values on every call, a cost paid on every extender request."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: Counter) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Counter] = {}
+
+    def labels(self, *values: str) -> Counter:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 class SchedulerMetrics:
     """Everything ``/metrics`` shows, in one per-app registry."""
 
@@ -212,39 +229,49 @@ class SchedulerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.decisions = Counter(
-            "gpubus_scheduler_decisions",
-            "Extender answers by verb and outcome",
-            ["verb", "outcome"],
-            registry=r,
+        self.decisions = _Children(
+            Counter(
+                "gpubus_scheduler_decisions",
+                "Extender answers by verb and outcome",
+                ["verb", "outcome"],
+                registry=r,
+            )
         )
-        self.reasons = Counter(
-            "gpubus_scheduler_filter_reasons",
-            "Nodes rejected by filter, by reason name",
-            ["reason"],
-            registry=r,
+        self.reasons = _Children(
+            Counter(
+                "gpubus_scheduler_filter_reasons",
+                "Nodes rejected by filter, by reason name",
+                ["reason"],
+                registry=r,
+            )
         )
-        self.bad_requests = Counter(
-            "gpubus_scheduler_bad_requests",
-            "Unusable extender requests by kind",
-            ["verb", "kind"],
-            registry=r,
+        self.bad_requests = _Children(
+            Counter(
+                "gpubus_scheduler_bad_requests",
+                "Unusable extender requests by kind",
+                ["verb", "kind"],
+                registry=r,
+            )
         )
-        self.released = Counter(
-            "gpubus_scheduler_released", "Ledger entries released, by why", ["why"], registry=r
+        self.released = _Children(
+            Counter("gpubus_scheduler_released", "Ledger entries released, by why", ["why"], registry=r)
         )
         self.adopted = Counter("gpubus_scheduler_adopted", "Bound pods adopted into the ledger", registry=r)
-        self.bind_phase_patches = Counter(
-            "gpubus_scheduler_bind_phase_patches",
-            "hami.io/bind-phase pod patches by outcome (written, failed, dropped)",
-            ["outcome"],
-            registry=r,
+        self.bind_phase_patches = _Children(
+            Counter(
+                "gpubus_scheduler_bind_phase_patches",
+                "hami.io/bind-phase pod patches by outcome (written, failed, dropped)",
+                ["outcome"],
+                registry=r,
+            )
         )
-        self.input_errors = Counter(
-            "gpubus_scheduler_input_errors",
-            "Unusable input off the HTTP path: KV entries, pod annotations, forwarded binds",
-            ["source", "kind"],
-            registry=r,
+        self.input_errors = _Children(
+            Counter(
+                "gpubus_scheduler_input_errors",
+                "Unusable input off the HTTP path: KV entries, pod annotations, forwarded binds",
+                ["source", "kind"],
+                registry=r,
+            )
         )
         self.quota_errors = Counter(
             "gpubus_scheduler_quota_errors",

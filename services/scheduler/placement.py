@@ -49,13 +49,16 @@ class FilterOutcome:
 
 
 class _Cached:
-    """A node's immutable Fit state and the time its inventory turns stale (refreshed on expiry)."""
+    """A node's immutable Fit state, the time its inventory turns stale (refreshed on expiry), and
+    its binpack extender score (request-independent, so /prioritize reads it, once per state)."""
 
-    __slots__ = ("stale_at", "state")
+    __slots__ = ("binpack", "stale_at", "state")
 
     def __init__(self, state: NodeState, stale_at: float) -> None:
         self.state = state
         self.stale_at = stale_at
+        scaled = min(state.derived.score, _NODE_SCORE_MAX) / _NODE_SCORE_MAX * MAX_EXTENDER_SCORE
+        self.binpack = round(scaled)
 
 
 class Placement:
@@ -181,15 +184,18 @@ class Placement:
     def scores(self, pod: PodRequest, names: Sequence[str], now: float) -> list[tuple[str, int]]:
         """0..10 per node: binpack prefers fuller nodes, spread emptier ones; unusable nodes score 0."""
         policy = pod.annotations.get(ann.NODE_SCHEDULER_POLICY) or self.policies.node
+        spread = policy == NodePolicy.SPREAD
         out: list[tuple[str, int]] = []
         self._sync()
+        cache = self._cache
         for name in names:
-            state = self._lookup(name, now)
-            if isinstance(state, str):
-                out.append((name, 0))
-                continue
-            scaled = round(min(state.derived.score, _NODE_SCORE_MAX) / _NODE_SCORE_MAX * MAX_EXTENDER_SCORE)
-            out.append((name, MAX_EXTENDER_SCORE - scaled if policy == NodePolicy.SPREAD else scaled))
+            cached = cache.get(name)
+            if cached is None or now > cached.stale_at:
+                if isinstance(self._resolve(NodeName(name), now), str):
+                    out.append((name, 0))
+                    continue
+                cached = cache[name]
+            out.append((name, MAX_EXTENDER_SCORE - cached.binpack if spread else cached.binpack))
         return out
 
     def decide(self, pod: PodRequest, node: NodeName, now: float) -> NodeFit:

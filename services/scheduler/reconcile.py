@@ -5,7 +5,8 @@ that matter is held) to release the slices of deleted and finished pods; at star
 entries whose pod no longer exists and adopt bound pods that carry HAMi's annotations but have no
 entry, whatever their scheduler name (how a HAMi cluster migrates); consume ``allocation.applied``
 and ``allocation.failed`` to move entries to APPLIED or FAILED (a failure frees the slice) and
-have the pod's ``hami.io/bind-phase`` set to match, off the event path.
+have the pod's ``hami.io/bind-phase`` set to match (with HAMi's ``hami.io/vgpu-node`` label in
+the same patch), off the event path.
 Every replica: watch nodes for the annotations Fit reads and to drop removed nodes.
 
 Orchestration over ``state``, ``leases`` and the Kubernetes port; must not know HTTP or Fit.
@@ -118,7 +119,7 @@ class Reconciler:
         on_release: Callable[[str], None],
         on_adopt: Callable[[], None],
         clock: Callable[[], float] = time.time,
-        on_phase: Callable[[str, str, ann.BindPhase], object] | None = None,
+        on_phase: Callable[[str, str, ann.BindPhase, str], object] | None = None,
         on_bad_pod: Callable[[str], None] = lambda kind: None,
     ) -> None:
         self._state = state
@@ -130,9 +131,9 @@ class Reconciler:
         self._on_adopt = on_adopt
         self._clock = clock
         self._on_phase = on_phase
+        """Queues the ``hami.io/bind-phase`` patch (and node label) for a verdict; returns at once."""
         self._on_bad_pod = on_bad_pod
         """Counts pods whose HAMi annotations cannot be adopted, by kind."""
-        """Queues the ``hami.io/bind-phase`` patch for a verdict; must return at once."""
         self._live: set[str] = set()
         self.pods_synced = asyncio.Event()
 
@@ -171,7 +172,7 @@ class Reconciler:
 
     def _phase(self, entry: Allocation, phase: ann.BindPhase) -> None:
         if self._on_phase is not None:
-            self._on_phase(entry.namespace, entry.name, phase)
+            self._on_phase(entry.namespace, entry.name, phase, entry.node)
 
     # --- pods ------------------------------------------------------------------------------
 

@@ -49,7 +49,8 @@ class SchedulerSettings:
     in_cluster: bool = False
     """Use the pod's service account (in-cluster config)."""
     label_pods: bool = True
-    """After binding, also set the label ``hami.io/vgpu-node`` (HAMi's monitor selects pods by it)."""
+    """Also set the label ``hami.io/vgpu-node`` (HAMi's monitor selects pods by it); it is written
+    with the ``hami.io/bind-phase`` verdict patch, once the node-agent has run Allocate."""
     resource_name: str = "nvidia.com/gpu"
     """Cards per container (HAMi resourceCountName); same value as the webhook's."""
     resource_mem: str = "nvidia.com/gpumem"

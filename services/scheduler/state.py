@@ -170,6 +170,9 @@ class State:
             self.set_inventory(NodeName(event.node), event)
 
     def _on_allocation_entry(self, key: str, entry: Entry) -> None:
+        held = self.ledger.revision(PodUID(key))
+        if held is not None and held >= entry.revision:
+            return  # the echo of our own write (or older): nothing to decode
         try:
             allocation = decode_allocation(entry.value)
         except EventDecodeError as e:

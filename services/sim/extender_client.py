@@ -84,6 +84,16 @@ def _folded(reply: Any) -> dict[str, Any]:
     return {str(key).lower(): value for key, value in reply.items()}
 
 
+def _host_score(entry: Any) -> tuple[str, int]:
+    """One HostPriority; the two usual spellings are read directly, any other is folded as Go does."""
+    if isinstance(entry, dict):
+        for host_key, score_key in (("host", "score"), ("Host", "Score")):
+            if host_key in entry and score_key in entry:
+                return str(entry[host_key]), int(entry[score_key] or 0)
+    folded = _folded(entry)
+    return str(folded.get("host")), int(folded.get("score") or 0)
+
+
 def _node_names(node_list: Any) -> list[str]:
     items = (node_list or {}).get("items") or [] if isinstance(node_list, dict) else []
     return [item["metadata"]["name"] for item in items]
@@ -146,10 +156,10 @@ class ExtenderClient:
         if not isinstance(reply, list):
             raise ExtenderError("prioritize: expected a JSON array of HostPriority")
         scores: dict[str, int] = {}
+        scale = self.config.weight * (100 // MAX_PRIORITY)
         for entry in reply:
-            folded = _folded(entry)
-            scores[str(folded.get("host"))] = int(folded.get("score") or 0) * self.config.weight * (
-                100 // MAX_PRIORITY)
+            host, score = _host_score(entry)
+            scores[host] = score * scale
         return scores
 
     async def bind(self, pod: Pod, node: str) -> None:

@@ -57,6 +57,10 @@ def default_pod(pod: Obj, namespace: str) -> Obj:
     return pod
 
 
+def generate_name(prefix: str) -> str:
+    return prefix[:58] + "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+
+
 def finish_create(resource: str, obj: Obj, kind: str) -> Obj:
     """System fields set after admission (as ``BeforeCreate`` does): name, uid, timestamps."""
     meta = obj["metadata"]
@@ -65,7 +69,7 @@ def finish_create(resource: str, obj: Obj, kind: str) -> Obj:
         if not prefix:
             raise ApiError.invalid(resource, "", "metadata.name: Required value: name or generateName is "
                                    "required")
-        meta["name"] = prefix[:58] + "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+        meta["name"] = generate_name(prefix)
     check_name(resource, meta["name"])
     meta["uid"] = str(uuid.uuid4())
     meta["creationTimestamp"] = now()

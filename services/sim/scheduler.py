@@ -7,7 +7,8 @@ finishes or a node is added/changed; ONE scheduling cycle at a time (in-tree fil
 cycles run concurrently (extender ``/bind`` when it has a bindVerb, else ``pods/binding``);
 "assumed" pods are not rescheduled while the watch has not yet shown them bound; unschedulable pods
 get ``PodScheduled=False`` (reason ``Unschedulable`` with kube-scheduler's "0/N nodes are available:
-..." message, or ``SchedulerError``) on their status. No preemption, no in-tree resource fit.
+..." message, or ``SchedulerError``) on their status. No preemption; resource fit only for the
+extended resources in ``SchedulerSettings.fit_resources`` (see there why ``nvidia.com/gpu`` is one).
 
 It knows the API server only through ``KubeApi`` (+ ``patch_pod_status``) and the extender only
 through its HTTP endpoints; it imports nothing from the services.
@@ -21,10 +22,18 @@ import logging
 import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from services.sim.extender_client import ExtenderClient, ExtenderConfig, ExtenderError
-from services.sim.node_fit import fit_error_message, node_rejects
+from services.sim.node_fit import (
+    Amounts,
+    fit_error_message,
+    insufficient,
+    is_plain,
+    node_allocatable,
+    node_rejects,
+    pod_requests,
+)
 from services.sim.objects import now
 from services.sim.scheduling_queue import BackoffPolicy, SchedulingQueue
 from shared.kube import KubeApi, KubeError, list_and_watch_nodes, list_and_watch_pods
@@ -48,6 +57,13 @@ class SchedulerSettings:
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     bind_concurrency: int = 16
     """Binding cycles in flight at once (kube-scheduler binds asynchronously)."""
+    fit_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    """Extended resources checked as NodeResourcesFit does: the node's allocatable minus what its
+    bound (and assumed) non-terminal pods request. HAMi's scheduler config marks ``nvidia.com/gpu``
+    ``ignoredByScheduler``, so a real kube-scheduler leaves it to the extender; but the kubelet's
+    admission enforces allocatable anyway, so a node it would refuse (allocatable 0 while the device
+    plugin re-registers after a kubelet restart) only turns a bind into ``UnexpectedAdmissionError``.
+    The stand-in checks it to schedule as that admission would; ``()`` is strictly HAMi's behaviour."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +115,11 @@ class SimScheduler:
         self._assumed: set[str] = set()
         self._finished: set[str] = set()
         self._binds = asyncio.Semaphore(self.settings.bind_concurrency)
+        self._fit_names = frozenset(self.settings.fit_resources)
+        self._plain: set[str] = set()
+        self._allocatable: dict[str, Amounts] = {}
+        self._placed: dict[str, tuple[str, Amounts]] = {}
+        self._used: dict[str, Amounts] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._root: asyncio.Task[None] | None = None
 
@@ -134,8 +155,21 @@ class SimScheduler:
     # informers ------------------------------------------------------------------------
 
     async def _watch_pods(self, synced: asyncio.Event) -> None:
-        async for event in list_and_watch_pods(self.kube, synced=synced):
+        async for event in list_and_watch_pods(self.kube, synced=synced, transform=self._slim):
             self._on_pod(event)
+
+    def _slim(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """What the informer keeps of a pod: all of one we have to schedule (the extender gets it),
+        of any other only what placement and resource fit read."""
+        if self._ours_and_pending(cast(Pod, pod)):
+            return pod
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        keep = ("namespace", "name", "uid", "resourceVersion", "deletionTimestamp")
+        return {"metadata": {key: meta[key] for key in keep if key in meta},
+                "spec": {"nodeName": spec.get("nodeName"), "schedulerName": spec.get("schedulerName"),
+                         "containers": _resources_only(spec.get("containers")),
+                         "initContainers": _resources_only(spec.get("initContainers"))},
+                "status": {"phase": (pod.get("status") or {}).get("phase")}}
 
     async def _watch_nodes(self, synced: asyncio.Event) -> None:
         async for event in list_and_watch_nodes(self.kube, synced=synced):
@@ -152,6 +186,7 @@ class SimScheduler:
         uid = pod["metadata"]["uid"]
         if event["type"] == "DELETED":
             self._forget(uid)
+            self._unplace(uid)
             self._finished.discard(uid)
             self._flush("pod deleted")
         elif self._ours_and_pending(pod):
@@ -160,6 +195,7 @@ class SimScheduler:
                 self.queue.add(uid)
         else:
             self._forget(uid)
+            self._track_placement(uid, pod)
             if (pod.get("status") or {}).get("phase") in _TERMINAL and uid not in self._finished:
                 self._finished.add(uid)
                 self._flush("pod finished")
@@ -172,11 +208,44 @@ class SimScheduler:
     def _on_node(self, event: NodeWatchEvent) -> None:
         node = event["object"]
         name = node["metadata"]["name"]
+        self._plain.discard(name)
         if event["type"] == "DELETED":
             self._nodes.pop(name, None)
+            self._allocatable.pop(name, None)
         else:
             self._nodes[name] = node
+            self._allocatable[name] = node_allocatable(node, self._fit_names)
+            if is_plain(node):
+                self._plain.add(name)
             self._flush(f"node {name} {event['type'].lower()}")
+
+    # what bound and assumed pods use of each node (kube-scheduler's cache, for resource fit) ----
+
+    def _track_placement(self, uid: str, pod: Pod) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and (pod.get("status") or {}).get("phase") not in _TERMINAL:
+            if self._placed.get(uid, ("",))[0] != node:
+                self._place(uid, node, pod_requests(pod, self._fit_names))
+        else:
+            self._unplace(uid)
+
+    def _place(self, uid: str, node: str, requests: Amounts) -> None:
+        self._unplace(uid)
+        if not requests:
+            return
+        self._placed[uid] = (node, requests)
+        used = self._used.setdefault(node, {})
+        for name, amount in requests.items():
+            used[name] = used.get(name, 0) + amount
+
+    def _unplace(self, uid: str) -> None:
+        placed = self._placed.pop(uid, None)
+        if placed is None:
+            return
+        node, requests = placed
+        used = self._used[node]
+        for name, amount in requests.items():
+            used[name] -= amount
 
     def _flush(self, why: str) -> None:
         moved = self.queue.move_all_to_active()
@@ -213,13 +282,19 @@ class SimScheduler:
         node = await self._select(pod, nodes, interested)
         uid = pod["metadata"]["uid"]
         self._assumed.add(uid)
+        self._place(uid, node, pod_requests(pod, self._fit_names))
         self._spawn(self._bind(pod, node, interested), f"sim-scheduler-bind-{uid}")
 
     def _in_tree_filter(self, pod: Pod) -> tuple[list[Node], dict[str, str]]:
         nodes: list[Node] = []
         reasons: dict[str, str] = {}
+        plain_pod = not (pod.get("spec") or {}).get("nodeSelector")
+        requests = pod_requests(pod, self._fit_names)
+        no_use: Amounts = {}
         for name, node in self._nodes.items():
-            reason = node_rejects(pod, node)
+            reason = None if plain_pod and name in self._plain else node_rejects(pod, node)
+            if reason is None and requests:
+                reason = insufficient(requests, self._allocatable[name], self._used.get(name, no_use))
             if reason is None:
                 nodes.append(node)
             else:
@@ -273,6 +348,7 @@ class SimScheduler:
                     await self.kube.bind_pod(namespace, name, uid, node, {})
             except (ExtenderError, KubeError) as e:
                 self._assumed.discard(uid)
+                self._unplace(uid)
                 self.stats.bind_failures += 1
                 self._failed(pod, "BindingRejected", f"binding rejected: {e}")
                 return
@@ -319,6 +395,10 @@ class SimScheduler:
         if not task.cancelled() and task.exception() is not None:
             self.stats.errors += 1
             log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+
+def _resources_only(containers: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    return [{"resources": c.get("resources") or {}} for c in containers or []]
 
 
 def _scheduled_false(pod: Pod, reason: str, message: str) -> dict[str, Any] | None:

@@ -7,8 +7,9 @@ write takes the next value of one global, monotonically increasing resourceVersi
 has been compacted away) and fans the change out synchronously to matching watchers. Watchers
 have bounded buffers; one that falls too far behind is closed, as the real cacher does, and its
 client re-watches from the last rv it saw. Each change is serialised once, whatever the number of
-watchers. Pod watchers with a ``spec.nodeName=`` field selector are indexed by node, so 100
-kubelets do not each test every pod event.
+watchers. Pod watchers with a ``spec.nodeName=`` field selector are indexed by node (and the
+others kept apart), so a pod event reaches only its node's watchers and the unindexed ones:
+100 kubelets neither test nor are tested against every pod event.
 
 No HTTP here: the server layer parses requests and renders responses.
 """
@@ -119,6 +120,7 @@ class Store:
         self._watch_buffer = watch_buffer
         self._watchers: dict[str, set[Watcher]] = {r: set() for r in _KIND_OF}
         self._by_node: dict[str, set[Watcher]] = {}
+        self._unindexed_pods: set[Watcher] = set()
 
     # reads -----------------------------------------------------------------
 
@@ -189,15 +191,15 @@ class Store:
             self._compacted_rv = self._history.popleft().rv
 
     def _watchers_for(self, change: Change) -> Iterable[Watcher]:
-        watchers = self._watchers[change.resource]
         if change.resource != "pods" or not self._by_node:
-            return list(watchers)
-        nodes = {field_value(change.obj, _NODE_PATH)}
+            return list(self._watchers[change.resource])
+        selected = list(self._unindexed_pods)
+        node = field_value(change.obj, _NODE_PATH)
+        selected.extend(self._by_node.get(node, ()))
         if change.old is not None:
-            nodes.add(field_value(change.old, _NODE_PATH))
-        selected = [w for w in watchers if w.node is None]
-        for node in nodes:
-            selected.extend(self._by_node.get(node, ()))
+            old_node = field_value(change.old, _NODE_PATH)
+            if old_node != node:
+                selected.extend(self._by_node.get(old_node, ()))
         return selected
 
     def watch(
@@ -223,6 +225,8 @@ class Store:
         self._watchers[resource].add(watcher)
         if node is not None:
             self._by_node.setdefault(node, set()).add(watcher)
+        elif resource == "pods":
+            self._unindexed_pods.add(watcher)
         return watcher
 
     def _replay(self, watcher: Watcher, resource_version: str) -> None:
@@ -244,6 +248,7 @@ class Store:
     def unwatch(self, watcher: Watcher) -> None:
         watcher.close()
         self._watchers[watcher.resource].discard(watcher)
+        self._unindexed_pods.discard(watcher)
         if watcher.node is not None:
             group = self._by_node.get(watcher.node)
             if group is not None:

@@ -7,6 +7,7 @@ Callers see only :mod:`shared.errors` types, never nats-py exceptions.
 from shared.bus.client import Bus, QueryHandler, Service
 from shared.bus.consumer import ConsumerOptions, DecodeErrorHandler, Deliver, Handler, Subscription
 from shared.bus.errors import InvalidKey
+from shared.bus.fanout import ANY, Fanout, Route
 from shared.bus.kv import KV, Entry, Snapshot, Watch, WatchCallback
 from shared.bus.lease import Lease, OwnerCheck
 from shared.bus.schema import QUERY_TOKEN, event_subjects
@@ -15,6 +16,7 @@ from shared.bus.stats import BusStats
 
 __all__ = [
     "ALLOCATIONS",
+    "ANY",
     "INVENTORY",
     "KV",
     "LOCKS",
@@ -27,11 +29,13 @@ __all__ = [
     "DecodeErrorHandler",
     "Deliver",
     "Entry",
+    "Fanout",
     "Handler",
     "InvalidKey",
     "Lease",
     "OwnerCheck",
     "QueryHandler",
+    "Route",
     "Service",
     "Snapshot",
     "Subscription",

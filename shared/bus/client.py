@@ -33,6 +33,7 @@ from shared.bus.consumer import (
     open_subscription,
 )
 from shared.bus.errors import refusal_reason, translated
+from shared.bus.fanout import Fanout, Route
 from shared.bus.kv import KV
 from shared.bus.lease import Lease
 from shared.bus.outbox import Outbox
@@ -70,6 +71,7 @@ class Bus:
         self.stats = BusStats()
         self._outbox = Outbox(self.publish, settings.outbox_limit, self.stats)
         self._subscriptions: list[Subscription] = []
+        self._fanouts: dict[tuple[str, ...], Fanout] = {}
         self._services: list[Service] = []
         self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
         self._kvs: dict[str, KV] = {}
@@ -162,6 +164,22 @@ class Bus:
         self._subscriptions.append(sub)
         return sub
 
+    async def route(self, subjects: tuple[str, ...], token: str, handler: Handler, *,
+                    deliver: Deliver = "new") -> Route:
+        """Live events on ``subjects`` whose last subject token is ``token`` go to ``handler``, in order.
+
+        Every route of this bus over the same ``subjects`` shares ONE ordered push consumer
+        (see :mod:`shared.bus.fanout`): many node-agents in one process cost one consumer, no
+        fetch polling and no acks. ``token`` :data:`~shared.bus.fanout.ANY` takes the events no
+        other route takes. ``deliver`` (as for :meth:`subscribe`) applies when the first route over
+        ``subjects`` creates the consumer; later routes join it. Delivery is gapless across
+        reconnects; a failing handler is logged and counted, not retried.
+        """
+        fanout = self._fanouts.get(subjects)
+        if fanout is None:
+            fanout = self._fanouts[subjects] = Fanout(self.js, STREAM, subjects, self.stats, deliver=deliver)
+        return await fanout.add(token, handler)
+
     # -- state ----------------------------------------------------------------------------
     async def kv(self, bucket: str) -> KV:
         """The bucket (created by :meth:`ensure_schema`) as a typed :class:`KV`."""
@@ -218,6 +236,8 @@ class Bus:
         self._closed = True
         for sub in self._subscriptions:
             await sub.stop()
+        for fanout in self._fanouts.values():
+            await fanout.stop()
         for service in self._services:
             await service.stop()
         await self._outbox.close(self.settings.flush_timeout_s if self.is_connected else 0.0)
@@ -293,6 +313,10 @@ def _callbacks(settings: BusSettings, bus_box: list[Bus],
         log.info("reconnected to NATS %s", url)
         if bus_box:
             bus_box[0].stats.reconnects += 1
+            for sub in bus_box[0]._subscriptions:
+                sub.resume()
+            for fanout in bus_box[0]._fanouts.values():
+                fanout.resume()
 
     async def error(e: Exception) -> None:
         if not first.done:

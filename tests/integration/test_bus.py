@@ -19,7 +19,7 @@ from asyncwait import wait_until
 from conftest import bus_settings
 from natsproc import NatsServerProcess
 
-from shared.bus import Bus, BusSettings, ConsumerOptions
+from shared.bus import ANY, Bus, BusSettings, ConsumerOptions
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
 from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
 
@@ -406,3 +406,127 @@ async def test_emitted_events_arrive_in_emit_order(bus: Bus) -> None:
     await bus.subscribe("gpubus.allocation.>", got, deliver="all")
     await wait_until(lambda: len(got.events) == 300, what="all emitted events")
     assert got.ids() == [e.id for e in events]
+
+
+# -- routes: many handlers on one ordered push consumer --------------------------------------------
+DECISIONS = ("gpubus.allocation.decided.*", "gpubus.allocation.released.*")
+
+
+async def test_routes_share_one_consumer_and_each_gets_only_its_nodes_events(bus: Bus) -> None:
+    a, b = Collector(), Collector()
+    consumers_before = (await bus.js.stream_info("GPUBUS")).state.consumer_count
+    await bus.route(DECISIONS, "node-a", a)
+    await bus.route(DECISIONS, "node-b", b)
+    assert (await bus.js.stream_info("GPUBUS")).state.consumer_count == consumers_before + 1
+    for_a = [released(node="node-a", pod=f"a{i}") for i in range(3)]
+    for_b = released(node="node-b")
+    await bus.publish(for_a[0])
+    await bus.publish(released(node="node-c"))  # nobody routes node-c
+    # not a decision:
+    await bus.publish(DeviceHealth(node="node-a", uuid="GPU-1", healthy=False, reason="xid"))
+    await bus.publish(for_b)
+    for e in for_a[1:]:
+        await bus.publish(e)
+    await wait_until(lambda: len(a.events) == 3 and len(b.events) == 1, what="routed delivery")
+    assert a.ids() == [e.id for e in for_a]
+    assert b.ids() == [for_b.id]
+
+
+async def test_route_starts_at_new_events_and_a_token_routes_once(bus: Bus) -> None:
+    old = released(node="node-n")
+    await bus.publish(old)
+    got = Collector()
+    route = await bus.route(DECISIONS, "node-n", got)
+    with pytest.raises(ValueError, match="already has a route"):
+        await bus.route(DECISIONS, "node-n", Collector())
+    new = released(node="node-n")
+    await bus.publish(new)
+    await wait_until(lambda: len(got.events) == 1, what="the new event")
+    assert got.ids() == [new.id]
+    await route.stop()
+    assert not route.running
+    again = Collector()
+    await bus.route(DECISIONS, "node-n", again)  # a restarted agent routes its token again
+    last = released(node="node-n")
+    await bus.publish(last)
+    await wait_until(lambda: again.ids() == [last.id], what="delivery to the new route")
+    assert got.ids() == [new.id]
+
+
+async def test_route_counts_undecodable_and_survives_a_failing_handler(bus: Bus) -> None:
+    seen: list[str] = []
+    poison = released(node="node-p", pod="poison")
+
+    async def handler(event: Event) -> None:
+        seen.append(event.id)
+        if event.id == poison.id:
+            raise RuntimeError("handler bug")
+
+    await bus.route(DECISIONS, "node-p", handler)
+    await bus.js.publish("gpubus.allocation.released.node-p", b"\xc1not msgpack")
+    await bus.publish(poison)
+    after = released(node="node-p", pod="after")
+    await bus.publish(after)
+    await wait_until(lambda: after.id in seen, what="the event after the bad ones")
+    assert seen == [poison.id, after.id]  # no redelivery on a route
+    assert bus.decode_errors == 1
+    assert bus.stats.handler_errors == 1
+
+
+async def test_route_gets_events_published_while_its_server_restarted(
+        private_nats: NatsServerProcess) -> None:
+    listener = await Bus.connect(bus_settings(private_nats.url), source="agent")
+    try:
+        await listener.ensure_schema()
+        got = Collector()
+        await listener.route(DECISIONS, "node-r", got)
+        before = released(node="node-r", pod="before")
+        await listener.publish(before)
+        await wait_until(lambda: got.ids() == [before.id], what="delivery before the restart")
+        private_nats.stop()
+        await wait_until(lambda: not listener.is_connected, what="disconnect noticed")
+        private_nats.start()
+        publisher = await Bus.connect(bus_settings(private_nats.url), source="scheduler")
+        try:
+            during = [released(node="node-r", pod=f"d{i}") for i in range(3)]
+            for e in during:  # possibly before the listener is back: its consumer must catch up
+                await publisher.publish(e)
+        finally:
+            await publisher.close()
+        await wait_until(lambda: len(got.events) == 4, timeout=20, what="events published around the restart")
+        assert got.ids() == [before.id, *(e.id for e in during)]
+    finally:
+        await listener.close()
+
+
+async def test_trickling_events_cost_an_ack_each_and_few_pull_requests(nats_url: str, bus: Bus) -> None:
+    consumer = await Bus.connect(bus_settings(nats_url), source="consumer")
+    try:
+        got = Collector()
+        await consumer.subscribe("gpubus.allocation.>", got)
+        sent_before = consumer.nc.stats["out_msgs"]
+        for i in range(20):  # one at a time: each arrives alone, the worst case for batching
+            await bus.publish(released(pod=f"t{i}"))
+            await wait_until(lambda i=i: len(got.events) == i + 1, what=f"event {i}")
+        sent = consumer.nc.stats["out_msgs"] - sent_before
+        assert sent <= 20 + 3  # 20 acks; one standing request of 64 covers them all
+    finally:
+        await consumer.close()
+
+
+async def test_catch_all_route_takes_unrouted_tokens_and_replays_since_a_time(bus: Bus) -> None:
+    old = released(node="node-x", pod="old")
+    await bus.publish(old)
+    since = time.time()
+    recent = released(node="node-y", pod="recent")
+    await bus.publish(recent)
+    mine, rest = Collector(), Collector()
+    subjects = ("gpubus.allocation.>", "gpubus.inventory.>")
+    await bus.route(subjects, ANY, rest, deliver=since)
+    await bus.route(subjects, "node-m", mine)
+    live = [released(node="node-m"), released(node="node-z")]
+    for e in live:
+        await bus.publish(e)
+    await wait_until(lambda: len(rest.events) == 2 and len(mine.events) == 1, what="routed and catch-all")
+    assert rest.ids() == [recent.id, live[1].id]
+    assert mine.ids() == [live[0].id]

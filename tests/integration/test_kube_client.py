@@ -410,3 +410,26 @@ async def test_kubectl_get_pods_and_nodes_with_the_kubeconfig(kube: KubeClient, 
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
     assert "visible" in out.decode() and "Pending" in out.decode() and "Ready" in out.decode()
+
+
+async def test_a_proxy_from_the_environment_still_applies_to_the_api_server(
+    server: SimApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-request environment lookups are skipped only where no proxy applies: with one set
+    (here a dead one), requests go through it and fail as unavailable instead of bypassing it."""
+    for name in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    proxied = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "proxied"))
+    try:
+        with pytest.raises(KubeUnavailable):
+            await proxied.get_pod("default", "any")
+    finally:
+        await proxied.close()
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    direct = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "direct"))
+    try:
+        assert await direct.get_pod("default", "any") is None
+    finally:
+        await direct.close()

@@ -8,7 +8,9 @@ Case matrix: PascalCase requests in both node forms; highest score wins; only ou
 unschedulable -> PodScheduled=False with the aggregated message, retried at once when a pod is
 deleted (backoff far away) and by backoff alone; filter Error -> SchedulerError; bind Error ->
 retried; many pods bound concurrently without exceeding capacity; no bindVerb -> pods/binding;
-pods outside managedResources skip the extender; in-tree filters (unschedulable, nodeSelector, taint).
+pods outside managedResources skip the extender; in-tree filters (unschedulable, nodeSelector, taint);
+nvidia.com/gpu fit (allocatable 0 skipped, bound pods count until they finish, a node regaining
+allocatable retries at once, ``fit_resources=()`` leaves it to the extender as HAMi's config does).
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class Cluster:
     async def add_nodes(self, *nodes: Node) -> None:
         for node in nodes:
             await self.kube.create_node(node)
+            await self.kube.patch_node_status(node["metadata"]["name"], {"status": node.get("status") or {}})
 
     async def start(self, config: ExtenderConfig | None = None, **settings: Any) -> SimScheduler:
         config = config or ExtenderConfig(url_prefix=self.extender.url + "/scheduler/")
@@ -150,14 +153,16 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             await kube.close()
 
 
-def node(name: str, **spec: Any) -> Node:
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "spec": spec}  # type: ignore[typeddict-item]
+def node(name: str, *, gpus: int = 8, labels: dict[str, str] | None = None, **spec: Any) -> Node:
+    """A node whose device plugin advertises ``gpus`` (allocatable ``nvidia.com/gpu``)."""
+    return {"metadata": {"name": name, "labels": labels or {"kubernetes.io/hostname": name}},
+            "spec": spec, "status": {"capacity": {GPU: str(gpus)}, "allocatable": {GPU: str(gpus)}}}  # type: ignore[typeddict-item]
 
 
 def gpu_pod(name: str, *, scheduler: str = "gpubus-scheduler", gpus: int = 1, **spec: Any) -> Pod:
     limits = {GPU: str(gpus)} if gpus else {}
-    return {"metadata": {"name": name}, "spec": {  # type: ignore[typeddict-item]
-        "schedulerName": scheduler, **spec,
+    return {"metadata": {"name": name}, "spec": {
+        "schedulerName": scheduler, **spec,  # type: ignore[typeddict-item]
         "containers": [{"name": "c", "image": "cuda", "resources": {"limits": limits}}]}}
 
 
@@ -291,10 +296,10 @@ async def test_pods_without_managed_resources_skip_the_extender(cluster: Cluster
 async def test_in_tree_filters_run_before_the_extender(cluster: Cluster) -> None:
     cluster.extender.free = {"cordoned": 5, "other-zone": 5, "tainted": 5, "ok": 1}
     await cluster.add_nodes(node("cordoned", unschedulable=True),
-                            {"metadata": {"name": "other-zone", "labels": {"zone": "b"}}},
-                            {"metadata": {"name": "tainted", "labels": {"zone": "a"}},
-                             "spec": {"taints": [{"key": "gpu", "value": "busy", "effect": "NoSchedule"}]}},
-                            {"metadata": {"name": "ok", "labels": {"zone": "a"}}})
+                            node("other-zone", labels={"zone": "b"}),
+                            node("tainted", labels={"zone": "a"},
+                                 taints=[{"key": "gpu", "value": "busy", "effect": "NoSchedule"}]),
+                            node("ok", labels={"zone": "a"}))
     await cluster.start()
     await cluster.kube.create_pod("default", gpu_pod("a", nodeSelector={"zone": "a"}))
     assert (await cluster.wait_bound("a")) == {"a": "ok"}
@@ -304,3 +309,44 @@ async def test_in_tree_filters_run_before_the_extender(cluster: Cluster) -> None
     message = next(o.message for o in cluster.outcomes if o.reason == "Unschedulable")
     assert message == ("0/4 nodes are available: 1 insufficient GPU, 1 node(s) didn't match Pod's node "
                        "affinity/selector, 1 node(s) had untolerated taint, 1 node(s) were unschedulable.")
+
+
+async def test_node_whose_device_plugin_is_gone_is_skipped(cluster: Cluster) -> None:
+    cluster.extender.free = {"restarting": 5, "n2": 1}
+    await cluster.add_nodes(node("restarting", gpus=0), node("n2"))
+    await cluster.start()
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    assert (await cluster.wait_bound("a")) == {"a": "n2"}
+    assert cluster.extender.requests["filter"][0]["NodeNames"] == ["n2"]
+
+
+async def test_gpus_of_bound_pods_count_against_allocatable_until_they_finish(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 5}
+    await cluster.add_nodes(node("n1", gpus=2))
+    await cluster.start()
+    await cluster.kube.create_pod("default", gpu_pod("first", gpus=2))
+    await cluster.wait_bound("first")
+    await cluster.kube.create_pod("default", gpu_pod("second"))
+    await wait_until(lambda: any(o.reason == "Unschedulable" for o in cluster.outcomes), what="unschedulable")
+    message = next(o.message for o in cluster.outcomes if o.reason == "Unschedulable")
+    assert message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    await cluster.kube.patch_pod_status("default", "first", {"status": {"phase": "Succeeded"}})
+    assert (await cluster.wait_bound("second")) == {"second": "n1"}
+
+
+async def test_node_regaining_allocatable_retries_pending_pods_at_once(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 5}
+    await cluster.add_nodes(node("n1", gpus=0))
+    await cluster.start()
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    await wait_until(lambda: any(o.reason == "Unschedulable" for o in cluster.outcomes), what="unschedulable")
+    await cluster.kube.patch_node_status("n1", {"status": {"allocatable": {GPU: "8"}}})
+    assert (await cluster.wait_bound("a")) == {"a": "n1"}
+
+
+async def test_no_fit_resources_binds_where_the_extender_says_as_hami_configures_it(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 5}
+    await cluster.add_nodes(node("n1", gpus=0))
+    await cluster.start(fit_resources=())
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    assert (await cluster.wait_bound("a")) == {"a": "n1"}

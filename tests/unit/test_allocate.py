@@ -31,6 +31,7 @@ from services.node_agent.errors import (
 from services.node_agent.handoff import allocate_config
 from services.node_agent.pending import NO_DECISION, PendingTable, decision_problem
 from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.verify import VerifyQueue
 from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
 
 A = DeviceUUID("GPU-aaaaaaaa-0000-0000-0000-000000000001")
@@ -317,3 +318,30 @@ def test_a_sound_decision_has_no_problem_even_with_a_gpu_less_container_named_li
 def test_outside_input_is_clipped_in_messages() -> None:
     assert clip("x" * 10) == "x" * 10
     assert clip("x" * 1000).endswith("...(1000 chars)") and len(clip("x" * 1000)) < 140
+
+
+# -- verification schedule: batched checks against the kubelet's pod resources ---------------------
+def test_checks_due_together_are_taken_in_one_batch_and_later_ones_wait() -> None:
+    queue = VerifyQueue(first_delay_s=0.5, attempts=3)
+    first, second, late = (allocation(uid=u) for u in ("a", "b", "c"))
+    queue.add(first, now=0.0)
+    queue.add(second, now=0.2)
+    queue.add(late, now=2.0)
+    assert queue.next_due() == 0.5
+    batch = queue.take_due(now=0.5, window_s=0.25)
+    assert [c.allocation.pod_uid for c in batch] == ["a", "b"]  # b is due at 0.7, within the window
+    assert queue.next_due() == 2.5
+
+
+def test_an_unlisted_pod_is_retried_with_doubling_delays_until_attempts_run_out() -> None:
+    queue = VerifyQueue(first_delay_s=0.5, attempts=3)
+    queue.add(allocation(uid="a"), now=0.0)
+    (check,) = queue.take_due(now=0.5, window_s=0.0)
+    assert queue.retry(check, now=0.5)
+    assert queue.next_due() == 1.5
+    (check,) = queue.take_due(now=1.5, window_s=0.0)
+    assert queue.retry(check, now=1.5)
+    assert queue.next_due() == 3.5
+    (check,) = queue.take_due(now=3.5, window_s=0.0)
+    assert not queue.retry(check, now=3.5)
+    assert len(queue) == 0

@@ -159,6 +159,24 @@ def test_usage_changes_bump_the_node_version_and_refresh_the_snapshot() -> None:
     assert after.usage == (DeviceUsage(), DeviceUsage(used=1, usedmem=100, usedcores=5))
 
 
+def test_a_state_change_that_keeps_the_devices_keeps_the_node_version() -> None:
+    ledger = Ledger()
+    ledger.set_inventory(N1, inventory(G0))
+    feed = ledger.change_feed()
+    ledger.reserve(replace(alloc("p1", ((G0, 100, 5),)), state=AllocationState.RESERVED), expires_at=9.0)
+    v = ledger.version(N1)
+    feed.clear()
+    for revision, state in enumerate((AllocationState.DECIDED, AllocationState.APPLIED), start=1):
+        ledger.apply(alloc("p1", ((G0, 100, 5),), state=state), revision=revision)
+        assert ledger.version(N1) == v and not feed
+    entry = ledger.entry(PodUID("p1"))
+    assert entry is not None and entry.state is AllocationState.APPLIED and ledger.revision(PodUID("p1")) == 2
+    assert ledger.expire(now=100.0) == []  # no longer a reservation
+    ledger.apply(alloc("p1", ((G0, 100, 5),), state=AllocationState.FAILED), revision=3)
+    assert ledger.version(N1) > v and feed == {N1}
+    assert ledger.usage(N1, G0) == DeviceUsage()
+
+
 def test_node_without_inventory_has_no_snapshot_but_keeps_its_usage() -> None:
     ledger = Ledger()
     ledger.apply(alloc("p1", ((G0, 100, 5),)), revision=1)
@@ -216,7 +234,8 @@ def test_usage_always_equals_a_rebuild_from_the_held_entries(ops: list[tuple[obj
     for revision, op in enumerate(ops, start=1):
         if op[0] == "apply":
             _, uid, slots, init, state = op
-            a = alloc(str(uid), *slots, init_count=min(int(init), len(slots)))  # type: ignore[arg-type]
+            assert isinstance(slots, list) and isinstance(init, int)
+            a = alloc(str(uid), *slots, init_count=min(init, len(slots)))
             ledger.apply(replace(a, state=state), revision)  # type: ignore[arg-type]
         elif op[0] == "delete":
             ledger.delete(PodUID(str(op[1])), revision)

@@ -3,7 +3,8 @@
 Case matrix: ``slim_pod`` keeps our pods, HAMi-annotated pods of any scheduler and pods with a
 ledger entry, drops the rest, and keeps only identity, phase, node, container names and
 ``hami.io/`` annotations; ``list_and_watch`` with a transform yields and holds only the slim
-records, forgets a pod that stops mattering without an event, and still reports its deletion.
+records, forgets a pod that stops mattering without an event, and still reports its deletion;
+the pod cache between filter, prioritize and bind reuses a parse only for the same pod version.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from services.scheduler.binder import PodCache
 from services.scheduler.reconcile import adoptable, slim_pod
 from shared import annotations as ann
 from shared.kube import list_and_watch
 from shared.kube_types import WatchEvent
+from shared.requests import pod_request
 
 
 def pod(
@@ -140,3 +143,35 @@ async def test_a_kept_pod_that_stops_mattering_is_forgotten_without_an_event() -
         2,
     )
     assert got == [("ADDED", "hami"), ("ADDED", "ours")]
+
+
+# --- the filter -> prioritize -> bind pod cache ------------------------------------------------
+
+
+def _gpu_pod(uid: str, version: str) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}
+    return {
+        "metadata": {"name": "p", "namespace": "default", "uid": uid, "resourceVersion": version},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]},
+    }
+
+
+def test_the_pod_cache_hands_back_the_request_parsed_from_the_very_same_pod_version() -> None:
+    cache = PodCache()
+    seen = _gpu_pod("u1", "7")
+    parsed = pod_request(seen)
+    cache.put("u1", seen, parsed)
+    assert cache.request(_gpu_pod("u1", "7")) is parsed
+    assert cache.request(_gpu_pod("u1", "8")) is None  # the pod changed since filter: parse again
+    assert cache.request(_gpu_pod("u2", "7")) is None
+    assert cache.request({"metadata": {"uid": "u1"}}) is None  # no version: cannot tell
+    assert cache.request({"metadata": "junk"}) is None
+    assert cache.pop("u1") == (seen, parsed)
+    assert cache.request(seen) is None and cache.pop("u1") is None
+
+
+def test_the_pod_cache_keeps_only_the_newest_pods() -> None:
+    cache = PodCache(size=2)
+    for i in range(3):
+        cache.put(f"u{i}", _gpu_pod(f"u{i}", "1"))
+    assert cache.pop("u0") is None and cache.pop("u2") is not None

@@ -83,7 +83,7 @@ async def test_pods_deleted_while_allocating_leave_no_lease_or_slice(e2e: E2E) -
     await e2e.check_invariants()
 
 
-@pytest.mark.skip(reason="sim kube-scheduler now checks allocatable, so the pod waits instead of failing; needs a plugin that stays registered but fails Allocate")
+@pytest.mark.skip(reason="sim scheduler now waits for GPU allocatable; needs a plugin that fails Allocate")
 async def test_a_pod_whose_allocate_fails_is_failed_like_kubelet_admission_and_frees_its_slice(
         tmp_path: Path) -> None:
     async with running_stack(tmp_path / "one", nodes=1) as e2e:

@@ -39,7 +39,7 @@ from services.node_agent.verify import (
     compare,
 )
 from shared.annotations import NODE_REGISTER, encode_node_devices
-from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, Route, Service
+from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Route, Service
 from shared.codec import from_wire, to_wire
 from shared.errors import BusUnavailable, EventDecodeError, GpubusError
 from shared.events import (
@@ -149,6 +149,8 @@ class NodeAgent:
         # published from now on arrive in order, across reconnects; older ones come from the KV.
         self._subscription = await self.bus.route(DECISION_SUBJECTS, node_token(self.node), self._on_event)
         await self._rebuild_from_kv()
+        with contextlib.suppress(BusUnavailable):
+            await self.bus.kv(LOCKS)  # opened now, so a release in an outage needs no extra request
         await self._reconcile_with_kubelet()
         if isinstance(self.source, HealthInjector):
             self._health_service = await self.bus.serve(health_subject(self.node), self._on_health_request)

@@ -186,7 +186,7 @@ class Bus:
         kv = self._kvs.get(bucket)
         if kv is None:
             with translated(f"open bucket {bucket}"):
-                kv = KV(self.js, await self.js.key_value(bucket), bucket)
+                kv = KV(self.nc, self.js, await self.js.key_value(bucket), bucket)
             self._kvs[bucket] = kv
         return kv
 
@@ -317,6 +317,8 @@ def _callbacks(settings: BusSettings, bus_box: list[Bus],
                 sub.resume()
             for fanout in bus_box[0]._fanouts.values():
                 fanout.resume()
+            for kv in bus_box[0]._kvs.values():
+                kv.resume()
 
     async def error(e: Exception) -> None:
         if not first.done:

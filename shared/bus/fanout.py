@@ -26,6 +26,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
+from shared.bus import ordered
 from shared.bus.consumer import DecodeErrorHandler, Deliver, Handler, start_policy
 from shared.bus.errors import translated
 from shared.bus.kv import unsubscribe_push
@@ -99,13 +100,10 @@ class Fanout:
             sub = await self._js.subscribe(self.subjects[0], stream=self._stream, cb=self._on_msg,
                                            ordered_consumer=True, idle_heartbeat=IDLE_HEARTBEAT_S,
                                            config=config)
-        # nats-py re-creates a consumer that lost its place from the last sequence it saw, which is
-        # 0 before the first event: seed it so a "new" one never replays history. ("all" and a
-        # since-time may replay from the start then; their handlers apply events idempotently.)
+        # A "new" consumer re-created before its first event must not replay history. ("all" and
+        # a since-time may replay from the start then; their handlers apply events idempotently.)
         self._last_seq = max(self._last_seq, floor)
-        jsi = getattr(sub._sub, "_jsi", None)
-        if jsi is not None and getattr(jsi, "_sseq", None) == 0:
-            jsi._sseq = self._last_seq
+        ordered.prepare(sub, self._last_seq)
         return sub
 
     def resume(self) -> None:
@@ -114,16 +112,11 @@ class Fanout:
         A restarted server has lost the old (memory) consumer; nats-py would notice only after two
         missed heartbeats. A failed re-creation is retried by nats-py's heartbeat check.
         """
-        jsi = getattr(self._sub._sub, "_jsi", None) if self._sub is not None else None
-        if jsi is None or (self._resuming is not None and not self._resuming.done()):
+        if self._sub is None or (self._resuming is not None and not self._resuming.done()):
             return
-        self._resuming = asyncio.create_task(self._resume(jsi), name=f"bus-fanout-resume-{self.subjects[0]}")
-
-    async def _resume(self, jsi: JetStreamContext._JSI) -> None:
-        try:
-            await jsi.reset_ordered_consumer(max(jsi._sseq, self._last_seq) + 1)
-        except (nats.errors.Error, OSError) as e:
-            log.info("fanout %s: not resumed now (%s); the heartbeat check retries", self.subjects, e)
+        self._resuming = asyncio.create_task(
+            ordered.resume(self._sub, self._last_seq, f"fanout {self.subjects}"),
+            name=f"bus-fanout-resume-{self.subjects[0]}")
 
     async def _on_msg(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream

@@ -8,6 +8,8 @@ know what the keys or values mean.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -15,13 +17,22 @@ from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
 
+from shared.bus import ordered
 from shared.bus.errors import translated
+from shared.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
+
+#: A snapshot consumer left behind by a dead process is removed after this, seconds.
+_SNAPSHOT_INACTIVE_S = 60.0
+#: A snapshot read gives up after max(this, keys / _SNAPSHOT_RATE) seconds.
+_SNAPSHOT_MIN_S = 30.0
+_SNAPSHOT_RATE = 5000.0
 
 #: Deleted, purged or expired: the key has no current value.
 _TOMBSTONE_OPS = frozenset({KV_DEL, KV_PURGE})
@@ -51,12 +62,25 @@ WatchCallback = Callable[[str, Entry | None], Awaitable[None]]
 
 
 class Watch:
-    """A live watch on a bucket; :meth:`stop` ends it."""
+    """A live watch on a bucket; :meth:`stop` ends it. Gapless across server restarts."""
 
-    def __init__(self, sub: JetStreamContext.PushSubscription) -> None:
+    def __init__(self, sub: JetStreamContext.PushSubscription, owner: KV) -> None:
         self._sub = sub
+        self._owner = owner
+        self._resuming: asyncio.Task[None] | None = None
+
+    def resume(self) -> None:
+        """After a reconnect: re-create the consumer from the last change seen, now."""
+        if self._resuming is None or self._resuming.done():
+            self._resuming = asyncio.create_task(
+                ordered.resume(self._sub, 0, f"kv watch {self._owner.bucket}"),
+                name=f"kv-watch-resume-{self._owner.bucket}")
 
     async def stop(self) -> None:
+        self._owner._watches.discard(self)
+        if self._resuming is not None:
+            self._resuming.cancel()
+            await asyncio.gather(self._resuming, return_exceptions=True)
         await unsubscribe_push(self._sub)
 
 
@@ -95,12 +119,19 @@ def _is_tombstone(msg: Msg) -> bool:
 class KV:
     """One KV bucket. Revisions are stream sequence numbers; CAS losers get ``CasConflict``."""
 
-    def __init__(self, js: JetStreamContext, kv: KeyValue, bucket: str) -> None:
+    def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, bucket: str) -> None:
+        self._nc = nc
         self._js = js
         self._kv = kv
         self.bucket = bucket
         self._stream = f"KV_{bucket}"
         self._prefix = f"$KV.{bucket}."
+        self._watches: set[Watch] = set()
+
+    def resume(self) -> None:
+        """After a reconnect: bring every live watch back at once."""
+        for watch in list(self._watches):
+            watch.resume()
 
     async def get(self, key: str) -> Entry | None:
         """The current entry, or None when the key is missing, deleted or expired."""
@@ -162,37 +193,69 @@ class KV:
         return list((await self.snapshot()).entries)
 
     async def snapshot(self) -> Snapshot:
-        """Read the last revision of every key in one ordered stream pass."""
+        """Read the last revision of every key: one pull consumer, drained to its first count.
+
+        The consumer's pending count at creation is exact (nothing is delivered before the first
+        pull), so the read ends when that many messages arrived, never on a guess; a read cut
+        short by the server or the clock raises ``BusUnavailable`` instead of returning less.
+        """
+        config = api.ConsumerConfig(
+            filter_subject=self._prefix + ">", deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=api.AckPolicy.NONE, mem_storage=True, num_replicas=1,
+            inactive_threshold=_SNAPSHOT_INACTIVE_S,
+        )
+        with translated(f"kv snapshot {self.bucket}"):
+            info = await self._js.add_consumer(self._stream, config)
+            try:
+                return await self._drain(info.name, info.num_pending or 0)
+            finally:
+                await self._delete_consumer(info.name)
+
+    async def _drain(self, consumer: str, expected: int) -> Snapshot:
         entries: dict[str, Entry] = {}
         highest = 0
-        done = asyncio.Event()
+        if expected == 0:
+            return Snapshot(entries, highest)
+        seen = 0
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def on_msg(msg: Msg) -> None:
-            nonlocal highest
-            seq, pending = _seq_and_pending(msg)
+            nonlocal highest, seen
+            if done.done():
+                return
+            if not msg.reply:  # a status (408 expired, 409 leadership change...): cut short
+                status = msg.headers.get("Status", "?") if msg.headers else "?"
+                done.set_exception(BusUnavailable(f"kv snapshot {self.bucket}: read cut short by "
+                                                  f"status {status} after {seen} of {expected}"))
+                return
+            seen += 1
+            seq = msg.metadata.sequence.stream
             highest = max(highest, seq)
             key = msg.subject[len(self._prefix):]
             if _is_tombstone(msg):
                 entries.pop(key, None)
             else:
                 entries[key] = Entry(msg.data, seq)
-            if pending == 0:
-                done.set()
+            if seen >= expected or msg.metadata.num_pending == 0:
+                done.set_result(None)
 
-        with translated(f"kv snapshot {self.bucket}"):
-            sub = await self._js.subscribe(
-                self._prefix + ">", stream=self._stream, cb=on_msg, ordered_consumer=True,
-                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, inactive_threshold=60.0,
-                pending_msgs_limit=-1, pending_bytes_limit=-1,
-            )
-            try:
-                info = await sub.consumer_info()
-                if info.num_pending == 0 and sub.delivered == 0:
-                    done.set()
-                await asyncio.wait_for(done.wait(), timeout=max(30.0, (info.num_pending or 0) / 5000))
-            finally:
-                await unsubscribe_push(sub)
+        timeout = max(_SNAPSHOT_MIN_S, expected / _SNAPSHOT_RATE)
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        try:
+            request = {"batch": expected, "expires": int(timeout * 1e9)}
+            await self._nc.publish(f"{_api_prefix(self._js)}.CONSUMER.MSG.NEXT.{self._stream}.{consumer}",
+                                   json.dumps(request).encode(), reply=inbox)
+            await asyncio.wait_for(done, timeout)
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
         return Snapshot(entries, highest)
+
+    async def _delete_consumer(self, consumer: str) -> None:
+        """Best effort: the inactivity threshold removes a consumer we could not delete."""
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            await self._js.delete_consumer(self._stream, consumer)
 
     async def watch(self, callback: WatchCallback, *, start_revision: int | None = None,
                     keys: str = ">") -> Watch:
@@ -213,15 +276,29 @@ class KV:
         if start_revision is not None:
             policy = api.DeliverPolicy.BY_START_SEQUENCE
         with translated(f"kv watch {self.bucket}"):
+            # "new" starts after what the bucket holds now; a re-creation must not replay it.
+            floor = 0
+            if start_revision is None:
+                floor = (await self._js.stream_info(self._stream)).state.last_seq
+            else:
+                floor = start_revision - 1
             sub = await self._js.subscribe(
                 self._prefix + keys, stream=self._stream, cb=on_msg, ordered_consumer=True,
                 deliver_policy=policy,
                 config=api.ConsumerConfig(opt_start_seq=start_revision) if start_revision else None,
                 inactive_threshold=300.0,
             )
-        return Watch(sub)
+        ordered.prepare(sub, floor)
+        watch = Watch(sub, self)
+        self._watches.add(watch)
+        return watch
 
 
 def _seq_and_pending(msg: Msg) -> tuple[int, int]:
     meta = msg.metadata
     return meta.sequence.stream, meta.num_pending
+
+
+def _api_prefix(js: JetStreamContext) -> str:
+    """The JetStream API subject prefix of ``js`` (``$JS.API`` unless a domain changes it)."""
+    return str(getattr(js, "_prefix", "$JS.API"))

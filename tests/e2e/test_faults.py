@@ -83,19 +83,22 @@ async def test_pods_deleted_while_allocating_leave_no_lease_or_slice(e2e: E2E) -
     await e2e.check_invariants()
 
 
-@pytest.mark.skip(reason="sim scheduler now waits for GPU allocatable; needs a plugin that fails Allocate")
-async def test_a_pod_whose_allocate_fails_is_failed_like_kubelet_admission_and_frees_its_slice(
-        tmp_path: Path) -> None:
-    async with running_stack(tmp_path / "one", nodes=1) as e2e:
-        await e2e.node_control("node-1", "stop-agent")
-        await e2e.create(gpu_pod("orphan", mem=2000, cores=10))
-        await e2e.wait_phase(["orphan"], {"Failed"})
-        status = e2e.pods["orphan"]["status"]
-        assert status["reason"] == "UnexpectedAdmissionError", status
-        await e2e.node_control("node-1", "start-agent")
-        await e2e.create(gpu_pod("after", mem=2000, cores=10))
-        await e2e.wait_phase(["after"], {"Running"})
-        await e2e.check_invariants(allow_failed=frozenset({"orphan"}))
+async def test_a_pod_bound_by_hand_past_the_scheduler_fails_admission_and_takes_no_slice(e2e: E2E) -> None:
+    # Opted out of the webhook and pinned with spec.nodeName, the pod skips every scheduler: no
+    # decision exists, so Allocate must fail and the kubelet fail the pod
+    # (UnexpectedAdmissionError), as with HAMi; later pods are unaffected.
+    orphan = gpu_pod("orphan", mem=2000, cores=10)
+    orphan["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+    orphan["spec"]["nodeName"] = "node-1"
+    await e2e.create(orphan)
+    await e2e.wait_phase(["orphan"], {"Failed"}, timeout=60)
+    status = e2e.pods["orphan"]["status"]
+    assert status["reason"] == "UnexpectedAdmissionError", status
+    assert "no allocation decided" in status.get("message", ""), status
+    after = batch("after", 4)
+    await e2e.create(*after)
+    await e2e.wait_phase(names(after), {"Running"})
+    await e2e.check_invariants(allow_failed=frozenset({"orphan"}))
 
 
 async def test_a_restarted_simulator_finishes_the_pods_that_were_running(e2e: E2E) -> None:

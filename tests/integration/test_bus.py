@@ -530,3 +530,86 @@ async def test_catch_all_route_takes_unrouted_tokens_and_replays_since_a_time(bu
     await wait_until(lambda: len(rest.events) == 2 and len(mine.events) == 1, what="routed and catch-all")
     assert rest.ids() == [recent.id, live[1].id]
     assert mine.ids() == [live[0].id]
+
+
+async def test_since_time_route_keeps_delivering_after_its_server_restarted(
+        private_nats: NatsServerProcess) -> None:
+    # A consumer created "by start time" must be re-created by start sequence (JetStream error
+    # 10094 refuses both at once), or the route goes silent after the restart.
+    listener = await Bus.connect(bus_settings(private_nats.url), source="agent")
+    try:
+        await listener.ensure_schema()
+        got = Collector()
+        await listener.route(DECISIONS, ANY, got, deliver=time.time() - 60)
+        first = released(node="node-s", pod="first")
+        await listener.publish(first)
+        await wait_until(lambda: got.ids() == [first.id], what="delivery before the restart")
+        private_nats.restart()
+        await wait_until(lambda: listener.is_connected, timeout=20, what="reconnect")
+        after = released(node="node-s", pod="after")
+        listener.emit(after)  # the outbox retries while JetStream recovers
+        await wait_until(lambda: len(got.events) == 2, timeout=20, what="delivery after the restart")
+        assert got.ids() == [first.id, after.id]
+    finally:
+        await listener.close()
+
+
+async def test_kv_watch_resumes_after_a_server_restart_without_replaying(
+        private_nats: NatsServerProcess) -> None:
+    client = await Bus.connect(bus_settings(private_nats.url), source="watcher")
+    try:
+        await client.ensure_schema()
+        kv = await client.kv("inventory")
+        await kv.put("old", b"0")
+        changes: list[tuple[str, bytes | None]] = []
+
+        async def on_change(key: str, entry: object) -> None:
+            changes.append((key, None if entry is None else entry.value))  # type: ignore[attr-defined]
+
+        watch = await kv.watch(on_change)
+        private_nats.restart()
+        await wait_until(lambda: client.is_connected, timeout=20, what="reconnect")
+        async def put_new() -> bool:
+            try:
+                await kv.put("new", b"1")
+                return True
+            except BusUnavailable:
+                return False  # JetStream still recovering its streams
+        await wait_until(put_new, timeout=20, what="a write after the restart")
+        await wait_until(lambda: len(changes) >= 1, timeout=20, what="a change after the restart")
+        await kv.delete("new")
+        await wait_until(lambda: len(changes) >= 2, timeout=20, what="the delete")
+        await watch.stop()
+        assert changes == [("new", b"1"), ("new", None)]  # nothing from before the watch
+    finally:
+        await client.close()
+
+
+async def test_kv_snapshot_is_exact_every_time_and_survives_a_restart(
+        private_nats: NatsServerProcess) -> None:
+    client = await Bus.connect(bus_settings(private_nats.url), source="reader")
+    try:
+        await client.ensure_schema()
+        kv = await client.kv("locks")
+        keys = {f"alloc.node-{i}.1": f"owner-{i}".encode() for i in range(7)}
+        for key, value in keys.items():
+            await kv.put(key, value)
+        await kv.put("alloc.node-gone.1", b"x")
+        await kv.delete("alloc.node-gone.1")
+        for _ in range(50):
+            assert {k: e.value for k, e in (await kv.items()).items()} == keys
+        private_nats.restart()
+        await wait_until(lambda: client.is_connected, timeout=20, what="reconnect")
+
+        async def readable() -> bool:
+            try:
+                return {k: e.value for k, e in (await kv.items()).items()} == keys
+            except BusUnavailable:
+                return False  # JetStream still recovering its streams
+        await wait_until(readable, timeout=20, what="a snapshot after the restart")
+        for _ in range(20):
+            assert {k: e.value for k, e in (await kv.items()).items()} == keys
+        info = await client.js.stream_info("KV_locks")
+        assert info.state.consumer_count == 0  # every snapshot deletes its consumer
+    finally:
+        await client.close()

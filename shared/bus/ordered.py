@@ -1,0 +1,54 @@
+"""Keeping nats-py's ordered push consumers gapless across server restarts.
+
+nats-py re-creates an ordered consumer that lost its place (a consumer-sequence gap, two missed
+heartbeats) from the last stream sequence it delivered, by rewriting the original consumer
+request to "deliver by start sequence". Two details of that break a restart:
+
+- a consumer first created "by start time" keeps ``opt_start_time`` in that request, and the
+  server refuses a start sequence together with a start time (JetStream error 10094), so the
+  consumer is never re-created and the subscription goes silent;
+- before the first message its last sequence is 0, so a "new" consumer would replay the whole
+  stream.
+
+:func:`prepare` fixes both right after subscribing; :func:`resume` re-creates at once after a
+reconnect instead of waiting for the heartbeat check. Both reach into nats-py's ``_jsi`` (there
+is no public hook) and do nothing where it is absent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import nats.errors
+from nats.js import JetStreamContext
+
+log = logging.getLogger(__name__)
+
+
+def prepare(sub: JetStreamContext.PushSubscription, floor: int) -> None:
+    """Make a later re-creation start after stream sequence ``floor`` and never by start time."""
+    jsi = getattr(sub._sub, "_jsi", None)
+    if jsi is None:
+        return
+    request = getattr(jsi, "_ccreq", None)
+    if request is not None:
+        request.opt_start_time = None
+    if getattr(jsi, "_sseq", None) == 0:
+        jsi._sseq = floor
+
+
+def last_sequence(sub: JetStreamContext.PushSubscription) -> int:
+    """The last stream sequence the consumer delivered (0 if unknown)."""
+    jsi = getattr(sub._sub, "_jsi", None)
+    return int(getattr(jsi, "_sseq", 0) or 0)
+
+
+async def resume(sub: JetStreamContext.PushSubscription, after: int, what: str) -> None:
+    """Re-create the consumer now from stream sequence ``after + 1`` (a restarted server lost it)."""
+    jsi = getattr(sub._sub, "_jsi", None)
+    if jsi is None:
+        return
+    try:
+        await jsi.reset_ordered_consumer(max(int(jsi._sseq or 0), after) + 1)
+    except (nats.errors.Error, OSError) as e:
+        log.info("%s: not resumed now (%s); the heartbeat check retries", what, e)

@@ -225,7 +225,9 @@ class State:
         """Write a DECIDED entry and publish ``allocation.decided`` (both before the Binding)."""
         decided = replace(allocation, state=AllocationState.DECIDED, expires_at=0.0)
         revision = await self.write(decided)
-        await self.bus.publish(AllocationDecided(allocation=decided, node=decided.node))
+        # In order with the releases emitted before it: the event stream must never show a
+        # decision ahead of the release that freed its capacity.
+        await self.bus.publish_in_order(AllocationDecided(allocation=decided, node=decided.node))
         return revision
 
     async def set_state(self, uid: PodUID, state: AllocationState) -> Allocation | None:
@@ -260,16 +262,15 @@ class State:
 
     async def release(self, uid: PodUID, why: str) -> Allocation | None:
         """Drop the entry here and in KV and publish ``allocation.released``; None if there was none."""
-        revision = self.ledger.revision(uid) or 0
-        held = self.ledger.delete(uid)
+        # The capacity is freed only once KV has the delete, and the release is emitted in the
+        # same step: a decision that reuses the capacity is queued, and stored, after it.
         self._own_tombstones[uid] = self._own_tombstones.get(uid, 0) + 1
         try:
             await self._kv().delete(uid)
         except BusUnavailable:
             self._forget_tombstone(uid)
-            if held is not None:
-                self.ledger.apply(held, revision)  # still in KV: keep counting it
             raise
+        held = self.ledger.delete(uid)
         if held is None:
             return None
         self._changed(held.node)

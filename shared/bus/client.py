@@ -146,6 +146,25 @@ class Bus:
             return
         self._outbox.put(event)
 
+    async def publish_in_order(self, event: Event, within_s: float | None = None) -> None:
+        """Publish after everything emitted before it and wait for the ack.
+
+        Raises ``BusUnavailable`` when not acknowledged within ``within_s`` (default: the request
+        timeout); the event then stays queued and is still sent, in order, when NATS is back.
+        """
+        if self._closed:
+            raise BusUnavailable(f"publish {event.KIND}: the bus is closed")
+        if not event.source:
+            event = dataclasses.replace(event, source=self.source)
+        ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.put(event, ack)
+        timeout = self.settings.request_timeout_s if within_s is None else within_s
+        try:
+            await asyncio.wait_for(asyncio.shield(ack), timeout)
+        except TimeoutError:
+            raise BusUnavailable(f"publish {event.KIND}: not acknowledged within {timeout:g}s "
+                                 "(queued; it goes out when NATS is back)") from None
+
     async def flush(self, within_s: float = 5.0) -> bool:
         """Wait until every emitted event is acknowledged; False if ``within_s`` passed first."""
         return await self._outbox.flush(within_s)

@@ -2,7 +2,9 @@
 
 ``emit`` must never block or raise, so events wait here while NATS is away and go out, in
 order, when it returns. When the queue is full the oldest event is dropped and counted:
-events are level-triggered snapshots or facts whose newest copy matters most.
+events are level-triggered snapshots or facts whose newest copy matters most. A caller that
+must know its event is stored, and stored after everything emitted before it (a decision after
+the release that freed its capacity), passes a future that the sender settles.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Outbox:
     def __init__(self, publish: Callable[[Event], Awaitable[None]], limit: int, stats: BusStats) -> None:
         self._publish = publish
         self._queue: deque[Event] = deque()
+        self._acks: dict[int, asyncio.Future[None]] = {}
+        """id(event) -> the future of a caller waiting for that event's acknowledgment."""
         self._limit = max(1, limit)
         self._stats = stats
         self._wakeup = asyncio.Event()
@@ -42,12 +46,16 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def put(self, event: Event) -> None:
+    def put(self, event: Event, ack: asyncio.Future[None] | None = None) -> None:
+        """Queue ``event``; ``ack`` (if given) is settled when it is acknowledged or dropped."""
         if len(self._queue) >= self._limit:
             dropped = self._queue.popleft()
             self._stats.dropped += 1
             log.warning("outbox full (%d): dropped %s %s", self._limit, dropped.KIND, dropped.id)
+            self._settle(dropped, BusUnavailable(f"outbox full: {dropped.KIND} {dropped.id} dropped"))
         self._queue.append(event)
+        if ack is not None:
+            self._acks[id(event)] = ack
         self._idle.clear()
         self._wakeup.set()
 
@@ -66,6 +74,8 @@ class Outbox:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        for event in self._queue:
+            self._settle(event, BusUnavailable(f"bus closed before {event.KIND} {event.id} was sent"))
 
     async def _run(self) -> None:
         backoff = _BACKOFF_MIN_S
@@ -94,10 +104,11 @@ class Outbox:
             await self._publish(event)
         except BusUnavailable:
             return False
-        except Exception:
+        except Exception as e:
             # An event that can never be sent (e.g. unencodable) must not block the rest.
             log.exception("outbox: dropping %s %s that cannot be published", event.KIND, event.id)
             self._stats.dropped += 1
+            self._settle(event, e)
         return True
 
     def _pop_sent(self, sent: list[Event]) -> None:
@@ -105,3 +116,13 @@ class Outbox:
             # put() may have dropped it from the head while it was in flight.
             if self._queue and self._queue[0] is event:
                 self._queue.popleft()
+            self._settle(event, None)
+
+    def _settle(self, event: Event, error: BaseException | None) -> None:
+        ack = self._acks.pop(id(event), None)
+        if ack is None or ack.done():
+            return
+        if error is None:
+            ack.set_result(None)
+        else:
+            ack.set_exception(error)

@@ -613,3 +613,36 @@ async def test_kv_snapshot_is_exact_every_time_and_survives_a_restart(
         assert info.state.consumer_count == 0  # every snapshot deletes its consumer
     finally:
         await client.close()
+
+
+async def test_publish_in_order_is_stored_after_everything_emitted_before_it(bus: Bus) -> None:
+    emitted = [released(node="node-o", pod=f"e{i}") for i in range(40)]
+    for e in emitted:
+        bus.emit(e)
+    last = released(node="node-o", pod="ordered")
+    await bus.publish_in_order(last)
+    got = Collector()
+    await bus.route(DECISIONS, "node-o", got, deliver="all")
+    await wait_until(lambda: len(got.events) == 41, what="all 41 events")
+    assert got.ids() == [*(e.id for e in emitted), last.id]
+
+
+async def test_publish_in_order_while_nats_is_down_raises_but_is_sent_later(
+        private_nats: NatsServerProcess) -> None:
+    sender = await Bus.connect(bus_settings(private_nats.url), source="sender")
+    try:
+        await sender.ensure_schema()
+        private_nats.stop()
+        await wait_until(lambda: not sender.is_connected, what="disconnect noticed")
+        before, decided = released(node="node-q", pod="before"), released(node="node-q", pod="decided")
+        sender.emit(before)
+        with pytest.raises(BusUnavailable, match="not acknowledged"):
+            await sender.publish_in_order(decided, within_s=0.5)
+        private_nats.start()
+        assert await sender.flush(within_s=15)
+        got = Collector()
+        await sender.route(DECISIONS, "node-q", got, deliver="all")
+        await wait_until(lambda: len(got.events) == 2, timeout=20, what="both after the restart")
+        assert got.ids() == [before.id, decided.id]
+    finally:
+        await sender.close()

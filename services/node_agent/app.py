@@ -195,7 +195,7 @@ class NodeAgent:
         if isinstance(event, AllocationDecided):
             self.handoff.decided(event.allocation)
         elif isinstance(event, AllocationReleased):
-            self.handoff.released(PodUID(event.pod_uid))
+            self.handoff.released(PodUID(event.pod_uid), event.ts)
 
     async def _rebuild_from_kv(self) -> None:
         try:
@@ -356,10 +356,10 @@ class NodeAgent:
             snapshot = self.advertised.snapshot
             await self._publish_inventory(snapshot)
             await self._annotate_node(snapshot)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancel of a stop
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self.advertised.changed(snapshot.generation), self.settings.heartbeat_s
-                )
+                async with asyncio.timeout(self.settings.heartbeat_s):
+                    await self.advertised.changed(snapshot.generation)
 
     async def _publish_inventory(self, snapshot: Snapshot) -> None:
         event = Inventory(

@@ -14,6 +14,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: A task not ended this long after its cancel is cancelled again, seconds.
+_RECANCEL_S = 0.5
+
 
 class TaskSet:
     """Tasks owned by one component."""
@@ -44,9 +47,22 @@ class TaskSet:
         return len(self._tasks)
 
     async def close(self) -> None:
+        """Cancel every task and wait for all of them to end.
+
+        A cancel can be lost (Python 3.11's ``asyncio.wait_for`` drops one that races the result
+        it awaited), so a task still running after a short wait is cancelled again.
+        """
         tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
+        pending = set(tasks)
+        rounds = 0
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=_RECANCEL_S)
+            rounds += 1
+            if pending and rounds % 20 == 0:
+                log.warning("%s: %d tasks still ending: %s", self._owner, len(pending),
+                            sorted(t.get_name() for t in pending))
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task

@@ -111,8 +111,9 @@ class Handoff:
             )
             self._wake()
 
-    def released(self, pod_uid: PodUID) -> None:
-        if self.table.release(pod_uid) is not None:
+    def released(self, pod_uid: PodUID, at: float = 0.0) -> None:
+        """The scheduler released the pod's decision at ``at`` (its clock); a later one still counts."""
+        if self.table.release(pod_uid, at) is not None:
             log.info("decision for pod %s released", pod_uid)
             self._wake()
 
@@ -132,7 +133,7 @@ class Handoff:
             return True
         self._metrics.bad_requests.labels(method=where).inc()
         log.warning("decision for pod %s/%s refused: %s", allocation.namespace, allocation.name, problem)
-        self.table.release(allocation.pod_uid)
+        self.table.release(allocation.pod_uid, allocation.decided_at)
         self._wake()
         self._emit_failed(f"decision refused by the node-agent: {problem}", allocation)
         self._on_done(allocation, None)

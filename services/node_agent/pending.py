@@ -93,7 +93,8 @@ class PendingTable:
     def __init__(self, node: str, memory: int = 4096) -> None:
         self._node = node
         self._pods: dict[PodUID, _Pending] = {}
-        self._finished: OrderedDict[PodUID, None] = OrderedDict()
+        self._finished: OrderedDict[PodUID, float] = OrderedDict()
+        """Pod -> the newest ``decided_at`` that is finished here; only a later decision counts."""
         self._memory = memory
 
     def __len__(self) -> int:
@@ -104,10 +105,11 @@ class PendingTable:
 
     def concerns(self, allocation: Allocation) -> bool:
         """A decision for this node with GPUs, for a pod not already finished here."""
+        finished = self._finished.get(allocation.pod_uid)
         return (
             allocation.node == self._node
             and allocation.state == AllocationState.DECIDED
-            and allocation.pod_uid not in self._finished
+            and (finished is None or allocation.decided_at > finished)
             and any(allocation.devices)
         )
 
@@ -122,14 +124,20 @@ class PendingTable:
         self._pods[allocation.pod_uid] = _Pending(allocation)
         return True
 
-    def release(self, pod_uid: PodUID) -> Allocation | None:
-        """Forget a pod for good (released, deleted, failed); later copies of its decision are ignored."""
-        self._remember(pod_uid)
+    def release(self, pod_uid: PodUID, upto: float = 0.0) -> Allocation | None:
+        """Forget a pod's decision (released, deleted, failed); copies of it that come later are ignored.
+
+        Ignored are decisions made at or before the pending one's ``decided_at`` or ``upto`` (the
+        release's time on the scheduler's clock): a bind that failed and was retried for the same
+        pod brings a newer decision, and that one counts.
+        """
         pending = self._pods.pop(pod_uid, None)
+        decided_at = pending.allocation.decided_at if pending else 0.0
+        self._remember(pod_uid, max(upto, decided_at, self._finished.get(pod_uid, 0.0)))
         return pending.allocation if pending else None
 
-    def _remember(self, pod_uid: PodUID) -> None:
-        self._finished[pod_uid] = None
+    def _remember(self, pod_uid: PodUID, upto: float) -> None:
+        self._finished[pod_uid] = upto
         self._finished.move_to_end(pod_uid)
         while len(self._finished) > self._memory:
             self._finished.popitem(last=False)
@@ -175,7 +183,7 @@ class PendingTable:
         if pending.next_index() is not None:
             return None
         del self._pods[slot.allocation.pod_uid]
-        self._remember(slot.allocation.pod_uid)
+        self._remember(slot.allocation.pod_uid, pending.allocation.decided_at)
         return Completed(allocation=pending.allocation, answered=dict(pending.answered))
 
     def mark_containers(self, pod_uid: PodUID, containers: Iterable[str]) -> Completed | None:

@@ -184,8 +184,10 @@ class Binder:
                 ) from None
             if self._on_lease_wait is not None:
                 self._on_lease_wait(time.monotonic() - started)
-            await self._state.decide(allocation)
+            # Set first: a decide that fails after its KV write (or whose event is still queued)
+            # must be undone with a full release, so the node-agent sees released after decided.
             decided = True
+            await self._state.decide(allocation)
             await self._post_binding(args, node, hami_annotations(allocation, allocation.decided_at))
         except BaseException as e:
             await self._undo(uid, node, decided, leases, e)

@@ -48,6 +48,7 @@ def allocation(
     node: str = "n1",
     name: str | None = None,
     state: AllocationState = AllocationState.DECIDED,
+    decided_at: float = 0.0,
 ) -> Allocation:
     return Allocation(
         pod_uid=PodUID(uid),
@@ -57,6 +58,7 @@ def allocation(
         devices=slots,
         containers=tuple(f"c{i}" for i in range(len(slots))),
         state=state,
+        decided_at=decided_at,
     )
 
 
@@ -260,11 +262,27 @@ def test_decisions_for_other_nodes_or_not_decided_are_ignored() -> None:
 
 def test_a_released_decision_never_comes_back() -> None:
     table = PendingTable("n1")
-    table.add(allocation("p", (dev(A),)))
-    assert table.release(PodUID("p")) is not None
-    assert not table.add(allocation("p", (dev(A),)))
+    table.add(allocation("p", (dev(A),), decided_at=100.0))
+    assert table.release(PodUID("p"), upto=105.0) is not None
+    assert not table.add(allocation("p", (dev(A),), decided_at=100.0))
     with pytest.raises(NoDecision):
         table.choose(1)
+
+
+def test_a_decision_released_before_it_arrived_is_ignored_when_it_does() -> None:
+    table = PendingTable("n1")
+    assert table.release(PodUID("p"), upto=105.0) is None
+    assert not table.add(allocation("p", (dev(A),), decided_at=100.0))
+
+
+def test_a_retried_bind_after_a_release_brings_a_decision_that_counts() -> None:
+    # The scheduler's bind failed after deciding (undone with a release), then kube-scheduler
+    # retried it: the same pod's newer decision must be served, not taken for the old one.
+    table = PendingTable("n1")
+    table.add(allocation("p", (dev(A),), decided_at=100.0))
+    table.release(PodUID("p"), upto=102.0)
+    assert table.add(allocation("p", (dev(B),), decided_at=103.0))
+    assert table.choose(1).allocation.devices == ((dev(B),),)
 
 
 def test_a_redelivered_identical_decision_keeps_progress() -> None:

@@ -17,6 +17,7 @@ from services.monitor import settings as monitor_settings
 from services.monitor.app import MonitorApp
 from services.monitor.settings import MonitorSettings
 from shared.bus import Bus, BusSettings
+from shared.cli_options import ConfigFile, LogJson, LogLevel, NatsCreds, NatsTlsCa
 from shared.errors import BusUnavailable, GpubusError
 from shared.logs import setup_logging
 from shared.service import on_stop_signals
@@ -64,17 +65,15 @@ def monitor(  # noqa: PLR0917 - typer maps parameters to the command line
         list[str] | None,
         typer.Option(help="Sim source: pod (ns/name or name, wildcards) that uses more than its slice."),
     ] = None,
-    config: Annotated[str | None, typer.Option(help="YAML settings file.")] = None,
+    config: ConfigFile = None,
     nats: Annotated[
         str | None,
         typer.Option("--nats-url", "--nats", help="NATS URL(s) (env GPUBUS_BUS_URL); 'none' runs without."),
     ] = None,
-    nats_creds: Annotated[str | None, typer.Option(help="NATS .creds file.")] = None,
-    nats_tls_ca: Annotated[
-        str | None, typer.Option(help="CA bundle of the NATS server (enables TLS).")
-    ] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
-    log_json: Annotated[bool | None, typer.Option("--log-json/--no-log-json", help="JSON log lines.")] = None,
+    nats_creds: NatsCreds = None,
+    nats_tls_ca: NatsTlsCa = None,
+    log_level: LogLevel = None,
+    log_json: LogJson = None,
 ) -> None:
     """Per-container GPU usage: HAMi-compatible /metrics and usage events on NATS."""
     try:

@@ -7,20 +7,18 @@ Only option parsing lives here; every flag maps to a :class:`NodeAgentSettings` 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from shared.bus import BusSettings
-from shared.config import load_settings
+from shared.cli_options import CommonOptions, bad_parameters, common_options
 from shared.errors import BadInput, GpubusError
 from shared.logs import setup_logging
-
-BUS_ENV_PREFIX = "GPUBUS_BUS_"
 
 Opt = typer.Option
 
 
+@common_options("for the node register annotation")
 def node_agent(
     *,
     node_name: Annotated[str | None, Opt(help="This node's name (env NODE_NAME).")] = None,
@@ -50,28 +48,17 @@ def node_agent(
     filter_indexes: Annotated[str | None, Opt(help="Comma list of GPU indexes to hide.")] = None,
     heartbeat_s: Annotated[float | None, Opt(help="Inventory heartbeat, seconds.")] = None,
     metrics_port: Annotated[int | None, Opt(help="Prometheus port (0 = off).")] = None,
-    kubeconfig: Annotated[str | None, Opt(help="Kubeconfig for the node register annotation.")] = None,
-    in_cluster: Annotated[bool | None, Opt("--in-cluster", help="Use the pod's service account.")] = None,
-    nats_url: Annotated[str | None, Opt(help="NATS URL(s) (env GPUBUS_BUS_URL).")] = None,
-    config: Annotated[str | None, Opt(help="YAML settings file.")] = None,
-    log_level: Annotated[str | None, Opt(help="debug, info, warning, error.")] = None,
-    log_json: Annotated[bool | None, Opt("--log-json", help="JSON log lines.")] = None,
+    common: CommonOptions,
 ) -> None:
     """Run the node-agent: GPU discovery, the kubelet device plugin and Allocate from bus decisions."""
-    cli: dict[str, Any] = {k: v for k, v in locals().items() if k not in ("config", "nats_url")}
+    cli = common.settings_overrides(locals())
     from services.node_agent import settings as node_settings
     from services.node_agent.app import run
     from services.node_agent.errors import DiscoveryError
 
-    try:
-        settings = node_settings.load(cli, file=config)
-        bus = load_settings(
-            BusSettings,
-            cli={"url": nats_url, "name": f"node-agent-{settings.node_name}"},
-            env_prefix=BUS_ENV_PREFIX,
-        )
-    except BadInput as e:
-        raise typer.BadParameter(str(e)) from e
+    with bad_parameters():
+        settings = node_settings.load(cli, file=common.config)
+        bus = common.bus(f"node-agent-{settings.node_name}")
     setup_logging(settings.log_level, settings.log_json)
     try:
         asyncio.run(run(settings, bus))

@@ -9,22 +9,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Coroutine
 from typing import Annotated, Any
 
 import typer
 
-from shared.bus import BusSettings
+from shared.cli_options import CommonOptions, bad_parameters, common_options, run_service
 from shared.config import load_settings
-from shared.errors import BadInput, GpubusError
 from shared.logs import setup_logging
 
 ENV_PREFIX = "GPUBUS_SCHEDULER_"
-BUS_ENV_PREFIX = "GPUBUS_BUS_"
 
 Opt = typer.Option
 
 
+@common_options()
 def scheduler(
     *,
     bind: Annotated[str | None, Opt(help="Listen address (default 0.0.0.0).")] = None,
@@ -60,72 +58,20 @@ def scheduler(
     quota_refresh: Annotated[
         float | None, Opt(help="Re-read each namespace's ResourceQuotas this often, seconds (10).")
     ] = None,
-    kubeconfig: Annotated[str | None, Opt(help="Kubeconfig of the cluster.")] = None,
-    in_cluster: Annotated[bool | None, Opt("--in-cluster", help="Use the pod's service account.")] = None,
-    nats_url: Annotated[
-        str | None, Opt("--nats-url", "--nats", help="NATS URL(s) (env GPUBUS_BUS_URL).")
-    ] = None,
-    nats_creds: Annotated[str | None, Opt(help="NATS .creds file.")] = None,
-    nats_tls_ca: Annotated[str | None, Opt(help="CA bundle of the NATS server (enables TLS).")] = None,
-    config: Annotated[str | None, Opt(help="YAML settings file.")] = None,
-    log_level: Annotated[str | None, Opt(help="debug, info, warning, error.")] = None,
-    log_json: Annotated[bool | None, Opt("--log-json", help="JSON log lines.")] = None,
+    common: CommonOptions,
 ) -> None:
     """Run the kube-scheduler extender: filter, prioritize and bind GPU pods from the ledger on NATS."""
-    cli: dict[str, Any] = {
-        "bind": bind,
-        "port": port,
-        "scheduler_name": scheduler_name,
-        "node_scheduler_policy": node_scheduler_policy,
-        "gpu_scheduler_policy": gpu_scheduler_policy,
-        "single_node_filter": single_node_filter,
-        "lease_ttl_s": lease_ttl,
-        "bind_timeout_s": bind_timeout,
-        "legacy_metrics": legacy_metrics,
-        "replica_id": replica_id,
-        "resource_name": resource_name,
-        "resource_mem": resource_mem,
-        "resource_cores": resource_cores,
-        "memory_factor": memory_factor,
-        "quota_refresh_s": quota_refresh,
-        "kubeconfig": kubeconfig,
-        "in_cluster": in_cluster,
-        "log_level": log_level,
-        "log_json": log_json,
-    }
+    cli = common.settings_overrides(
+        locals(), lease_ttl="lease_ttl_s", bind_timeout="bind_timeout_s", quota_refresh="quota_refresh_s"
+    )
     from services.scheduler.app import SchedulerApp
     from services.scheduler.settings import SchedulerSettings
 
-    try:
-        settings = load_settings(SchedulerSettings, cli=cli, env_prefix=ENV_PREFIX, file=config)
-        bus = load_settings(
-            BusSettings,
-            cli={
-                "url": nats_url,
-                "creds_file": nats_creds,
-                "tls_ca": nats_tls_ca,
-                "name": "gpubus-scheduler",
-            },
-            env_prefix=BUS_ENV_PREFIX,
-        )
-    except (BadInput, ValueError) as e:
-        raise typer.BadParameter(str(e)) from e
+    with bad_parameters():
+        settings = load_settings(SchedulerSettings, cli=cli, env_prefix=ENV_PREFIX, file=common.config)
+        bus = common.bus("gpubus-scheduler")
     setup_logging(settings.log_level, settings.log_json)
-    try:
-        _run_loop(_until_signal(SchedulerApp(settings, bus).run()))
-    except GpubusError as e:
-        typer.echo(f"scheduler: {e}", err=True)
-        raise typer.Exit(1) from e
-
-
-def _run_loop(main: Coroutine[Any, Any, None]) -> None:
-    """uvloop where installed (it trims the /filter tail latency), asyncio otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main)
-        return
-    uvloop.run(main)
+    run_service("scheduler", _until_signal(SchedulerApp(settings, bus).run()))
 
 
 async def _until_signal(main: Any) -> None:

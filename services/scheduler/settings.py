@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.requests import ResourceNames
+from shared.resource_settings import ResourceNameSettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SchedulerSettings:
-    """How the extender listens, decides and coordinates with its peers."""
+class SchedulerSettings(ResourceNameSettings):
+    """How the extender listens, decides and coordinates with its peers (and the resource names)."""
 
     bind: str = "0.0.0.0"
     """Address the extender HTTP server listens on."""
@@ -51,37 +51,9 @@ class SchedulerSettings:
     label_pods: bool = True
     """Also set the label ``hami.io/vgpu-node`` (HAMi's monitor selects pods by it); it is written
     with the ``hami.io/bind-phase`` verdict patch, once the node-agent has run Allocate."""
-    resource_name: str = "nvidia.com/gpu"
-    """Cards per container (HAMi resourceCountName); same value as the webhook's."""
-    resource_mem: str = "nvidia.com/gpumem"
-    """MiB per card; ``limits.<this>`` in a ResourceQuota caps a namespace's GPU memory."""
-    resource_mem_percentage: str = "nvidia.com/gpumem-percentage"
-    resource_cores: str = "nvidia.com/gpucores"
-    """% of SMs per card; ``limits.<this>`` in a ResourceQuota caps a namespace's cores."""
-    resource_priority: str = "nvidia.com/priority"
-    default_mem: int = 0
-    """MiB given to a card request with neither memory nor percentage (0 = the whole card)."""
-    default_cores: int = 0
-    default_gpu_num: int = 1
-    memory_factor: int = 1
-    """``gpumem`` values (and memory quotas) are multiplied by this (HAMi memoryFactor)."""
     quota_refresh_s: float = 10.0
     """How often each namespace's ResourceQuotas are re-read, seconds (there is no quota watch)."""
     quota_read_timeout_s: float = 2.0
     """Longest one ResourceQuota read, and a bind's wait for a namespace's first read, seconds."""
     log_level: str = "INFO"
     log_json: bool = False
-
-    def names(self) -> ResourceNames:
-        """The request derivation settings, identical to the webhook's for the same values."""
-        return ResourceNames(
-            count=self.resource_name,
-            memory=self.resource_mem,
-            memory_percentage=self.resource_mem_percentage,
-            cores=self.resource_cores,
-            priority=self.resource_priority,
-            default_memory=self.default_mem,
-            default_cores=self.default_cores,
-            default_gpu_num=self.default_gpu_num,
-            memory_factor=self.memory_factor,
-        )

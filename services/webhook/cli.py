@@ -6,20 +6,18 @@ Only option parsing lives here: every flag maps to a :class:`WebhookSettings` fi
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from shared.cli_options import CommonOptions, bad_parameters, common_options, run_service
 from shared.config import load_settings
-from shared.errors import BadInput, GpubusError
 from shared.logs import setup_logging
-from shared.service import load_bus_settings
 
 Opt = typer.Option
 
 
+@common_options("for reading ResourceQuotas")
 def webhook(
     *,
     bind: Annotated[str | None, Opt(help="Listen address (default 0.0.0.0).")] = None,
@@ -59,46 +57,19 @@ def webhook(
         str | None, Opt(help="Comma list of namespaces whose pods may set the limiter's env vars.")
     ] = None,
     quota_cache_ttl_s: Annotated[float | None, Opt(help="Seconds a namespace's quotas are reused.")] = None,
-    kubeconfig: Annotated[str | None, Opt(help="Kubeconfig for reading ResourceQuotas.")] = None,
-    in_cluster: Annotated[bool | None, Opt("--in-cluster", help="Use the pod's service account.")] = None,
-    nats_url: Annotated[
-        str | None, Opt("--nats-url", "--nats", help="NATS URL(s) (env GPUBUS_BUS_URL).")
-    ] = None,
-    nats_creds: Annotated[str | None, Opt(help="NATS .creds file.")] = None,
-    nats_tls_ca: Annotated[str | None, Opt(help="CA bundle of the NATS server (enables TLS).")] = None,
-    config: Annotated[str | None, Opt(help="YAML settings file.")] = None,
-    log_level: Annotated[str | None, Opt(help="debug, info, warning, error.")] = None,
-    log_json: Annotated[bool | None, Opt("--log-json", help="JSON log lines.")] = None,
+    common: CommonOptions,
 ) -> None:
     """Run the mutating admission webhook: HAMi's pod defaults, refusals and the gpubus scheduler name."""
-    cli: dict[str, Any] = {
-        k: v for k, v in locals().items() if k not in ("config", "nats_url", "nats_creds", "nats_tls_ca")
-    }
+    cli = common.settings_overrides(locals())
     from services.webhook.app import run
     from services.webhook.settings import ENV_PREFIX, WebhookSettings
 
-    try:
-        settings = load_settings(WebhookSettings, cli=cli, env_prefix=ENV_PREFIX, file=config)
+    with bad_parameters():
+        settings = load_settings(WebhookSettings, cli=cli, env_prefix=ENV_PREFIX, file=common.config)
         settings.admission()  # validates the core policy before anything starts
-        bus = load_bus_settings("gpubus-webhook", url=nats_url, creds_file=nats_creds, tls_ca=nats_tls_ca)
-    except (BadInput, ValueError) as e:
-        raise typer.BadParameter(str(e)) from e
+        bus = common.bus("gpubus-webhook")
     setup_logging(settings.log_level, settings.log_json)
-    try:
-        _run_loop(run(settings, bus))
-    except GpubusError as e:
-        typer.echo(f"webhook: {e}", err=True)
-        raise typer.Exit(1) from e
-
-
-def _run_loop(main: Coroutine[Any, Any, None]) -> None:
-    """uvloop where installed (it trims the admission tail latency), asyncio otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main)
-        return
-    uvloop.run(main)
+    run_service("webhook", run(settings, bus))
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.webhook.admission import AdmissionSettings, GpuCorePolicy
-from shared.requests import ResourceNames
+from shared.resource_settings import ResourceNameSettings
 
 ENV_PREFIX = "GPUBUS_WEBHOOK_"
 #: Bigger bodies are refused before they are parsed (contract: bodies over 1 MiB get a clear error).
@@ -17,8 +17,8 @@ MAX_BODY_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WebhookSettings:
-    """Everything ``gpubus webhook`` can be told."""
+class WebhookSettings(ResourceNameSettings):
+    """Everything ``gpubus webhook`` can be told (the resource names are inherited)."""
 
     bind: str = "0.0.0.0"
     """Address to listen on."""
@@ -36,19 +36,6 @@ class WebhookSettings:
     """schedulerName written to GPU pods; empty leaves pods' schedulerName alone."""
     force_overwrite_default_scheduler: bool = True
     """Also reroute pods that name ``default-scheduler`` (HAMi's default)."""
-    resource_name: str = "nvidia.com/gpu"
-    resource_mem: str = "nvidia.com/gpumem"
-    resource_mem_percentage: str = "nvidia.com/gpumem-percentage"
-    resource_cores: str = "nvidia.com/gpucores"
-    resource_priority: str = "nvidia.com/priority"
-    default_mem: int = 0
-    """MiB given to a card request with neither memory nor percentage (0 = the whole card)."""
-    default_cores: int = 0
-    """Cores (% of a card) given when none are requested."""
-    default_gpu_num: int = 1
-    """Cards implied by a memory/cores request without a count (0 = imply nothing)."""
-    memory_factor: int = 1
-    """``gpumem`` values are multiplied by this (HAMi memoryFactor)."""
     gpu_core_policy: str = "default"
     """``default``, ``force`` or ``disable``; the latter two become ``GPU_CORE_UTILIZATION_POLICY``."""
     overwrite_env: bool = False
@@ -67,19 +54,6 @@ class WebhookSettings:
     """Stamped on every event as ``source``."""
     log_level: str = "info"
     log_json: bool = False
-
-    def names(self) -> ResourceNames:
-        return ResourceNames(
-            count=self.resource_name,
-            memory=self.resource_mem,
-            memory_percentage=self.resource_mem_percentage,
-            cores=self.resource_cores,
-            priority=self.resource_priority,
-            default_memory=self.default_mem,
-            default_cores=self.default_cores,
-            default_gpu_num=self.default_gpu_num,
-            memory_factor=self.memory_factor,
-        )
 
     def admission(self) -> AdmissionSettings:
         """Raises ValueError for an unknown core policy (checked once, at start-up)."""

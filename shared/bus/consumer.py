@@ -219,14 +219,8 @@ class Subscription:
         self._stats.consumed += 1
 
     async def _reject(self, msg: Msg, error: EventDecodeError) -> None:
-        self._stats.decode_errors += 1
-        log.warning("consumer %s: undecodable message on %s (%d bytes): %s",
-                    self.consumer, msg.subject, len(msg.data), error)
-        if self._on_decode_error is not None:
-            try:
-                await self._on_decode_error(msg.subject, msg.data, error)
-            except Exception:
-                log.exception("consumer %s: decode error callback failed", self.consumer)
+        await report_undecodable(msg, error, f"consumer {self.consumer}", self._stats, self._on_decode_error,
+                                 logger=log)
         await _settle(msg.ack(), self.consumer)
 
     async def _handler_failed(self, msg: Msg, event: Event) -> None:
@@ -240,6 +234,19 @@ class Subscription:
             await _settle(msg.term(), self.consumer)
         else:
             await _settle(msg.nak(delay=self._opts.nak_delay_s * attempt), self.consumer)
+
+
+async def report_undecodable(msg: Msg, error: EventDecodeError, who: str, stats: BusStats,
+                             on_decode_error: DecodeErrorHandler | None, *, logger: logging.Logger) -> None:
+    """Count and log a message that is no event, and show it to ``on_decode_error`` (whose failure
+    is logged, never raised): never the end of a consumer. Settling the message is the caller's."""
+    stats.decode_errors += 1
+    logger.warning("%s: undecodable message on %s (%d bytes): %s", who, msg.subject, len(msg.data), error)
+    if on_decode_error is not None:
+        try:
+            await on_decode_error(msg.subject, msg.data, error)
+        except Exception:
+            logger.exception("%s: decode error callback failed", who)
 
 
 def _now() -> float:

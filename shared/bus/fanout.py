@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from shared.bus import ordered
-from shared.bus.consumer import DecodeErrorHandler, Deliver, Handler, start_policy
+from shared.bus.consumer import DecodeErrorHandler, Deliver, Handler, report_undecodable, start_policy
 from shared.bus.errors import translated
 from shared.bus.kv import unsubscribe_push
 from shared.bus.stats import BusStats
@@ -130,7 +130,8 @@ class Fanout:
         try:
             event = decode(msg.data)
         except EventDecodeError as e:
-            await self._reject(msg, e)
+            await report_undecodable(msg, e, f"fanout {self.subjects}", self._stats, self._on_decode_error,
+                                     logger=log)
             return
         try:
             await route.handler(event)
@@ -141,16 +142,6 @@ class Fanout:
             return
         self.dispatched += 1
         self._stats.consumed += 1
-
-    async def _reject(self, msg: Msg, error: EventDecodeError) -> None:
-        self._stats.decode_errors += 1
-        log.warning("fanout %s: undecodable message on %s (%d bytes): %s",
-                    self.subjects, msg.subject, len(msg.data), error)
-        if self._on_decode_error is not None:
-            try:
-                await self._on_decode_error(msg.subject, msg.data, error)
-            except Exception:
-                log.exception("fanout %s: decode error callback failed", self.subjects)
 
     async def stop(self) -> None:
         """Drop every route and the consumer (the server removes the ephemeral one)."""

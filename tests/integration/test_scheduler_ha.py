@@ -11,8 +11,10 @@ the leader dies without releasing and a standby takes over and binds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,71 @@ async def create(kube: KubeClient, pod: dict[str, Any]) -> dict[str, Any]:
     return dict(await kube.create_pod("default", pod))  # type: ignore[arg-type]
 
 
+async def add_node(
+    bus: Bus, kube: KubeClient, *apps: SchedulerApp, node: str = "n1", **inventory: Any
+) -> None:
+    """Node object and inventory of ``node``, once every one of ``apps`` has it in its ledger."""
+    await create_node(kube, node)
+    await register_node(bus, node, **inventory)
+    for app in apps:
+        await wait_until(lambda app=app: NodeName(node) in app.ledger, what="inventory")
+
+
+@dataclass(kw_only=True)
+class Schedulers:
+    """The schedulers a test starts, each with its settings over the harness defaults; all are
+    stopped when the test ends, the newest first."""
+
+    bus: Bus
+    kube: KubeClient
+    nats_url: str
+    kubeconfig: Path
+    stack: contextlib.AsyncExitStack
+    session: aiohttp.ClientSession
+
+    async def start(self, **settings: Any) -> SchedulerApp:
+        app = await start_scheduler(bus_settings(self.nats_url), self.kubeconfig, **settings)
+        self.stack.push_async_callback(app.stop)
+        return app
+
+    async def leader_of_n1(self, **settings: Any) -> SchedulerApp:
+        """A scheduler that leads and has node n1 in its ledger."""
+        app = await self.start(**settings)
+        await wait_until(lambda: app.election.is_leader, what="leadership")
+        await add_node(self.bus, self.kube, app)
+        return app
+
+    async def replicas(self, *names: str) -> list[SchedulerApp]:
+        """Replicas with a 1 s leader TTL: the first leads before the others start, and those have
+        node n1 in their ledgers."""
+        first = await self.start(replica_id=names[0], leader_ttl_s=1.0)
+        await wait_until(lambda: first.election.is_leader, what="first leader")
+        others = [await self.start(replica_id=name, leader_ttl_s=1.0) for name in names[1:]]
+        await add_node(self.bus, self.kube, *others)
+        return [first, *others]
+
+    async def bind(self, app: SchedulerApp, pod: dict[str, Any]) -> str:
+        """``pod`` bound to n1 through ``app``'s extender: "" or the extender's error."""
+        return await ExtenderClient(self.session, app.port).bind(pod, "n1")
+
+
+@pytest.fixture
+async def schedulers(
+    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+) -> AsyncIterator[Schedulers]:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
+    async with contextlib.AsyncExitStack() as stack:
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        yield Schedulers(
+            bus=bus, kube=kube, nats_url=nats_url, kubeconfig=kubeconfig, stack=stack, session=session
+        )
+
+
+async def create_pods(kube: KubeClient, *names: str) -> list[dict[str, Any]]:
+    """One-card 1000 MiB pods of these names."""
+    return [await create(kube, gpu_pod(name, slice_of(1000))) for name in names]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR0917 (fixtures)
     bus: Bus,
@@ -76,9 +143,7 @@ async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR091
     seed: int,
 ) -> None:
     rng = random.Random(seed)
-    await create_node(kube, "hot")
-    await register_node(bus, "hot", gpus=2, count=4)
-    await wait_until(lambda: NodeName("hot") in scheduler.ledger, what="inventory")
+    await add_node(bus, kube, scheduler, node="hot", gpus=2, count=4)
     pods = []
     for i in range(24):
         limits = slice_of(
@@ -104,9 +169,7 @@ async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR091
 async def test_lease_of_a_gone_owner_is_taken_over_at_once(
     bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
-    await create_node(kube, "n1")
-    await register_node(bus, "n1")
-    await wait_until(lambda: NodeName("n1") in scheduler.ledger, what="inventory")
+    await add_node(bus, kube, scheduler)
     stale = await bus.lease(lease_key("n1", 1), "pod-that-is-gone", auto_renew=False)
     assert await stale.acquire()
     pod = await create(kube, gpu_pod("p", slice_of(1000)))
@@ -115,141 +178,65 @@ async def test_lease_of_a_gone_owner_is_taken_over_at_once(
 
 
 async def test_live_holder_is_waited_for_until_its_ttl_runs_out(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+    kube: KubeClient, schedulers: Schedulers
 ) -> None:
-    app = await start_scheduler(
-        bus_settings(nats_url),
-        api.write_kubeconfig(tmp_path / "kc"),
-        lease_ttl_s=1.0,
-        bind_timeout_s=15.0,
-        replica_id="ttl",
-    )
-    try:
-        await wait_until(lambda: app.election.is_leader, what="leadership")
-        await create_node(kube, "n1")
-        await register_node(bus, "n1")
-        await wait_until(lambda: NodeName("n1") in app.ledger, what="inventory")
-        async with aiohttp.ClientSession() as session:
-            c = ExtenderClient(session, app.port)
-            first = await create(kube, gpu_pod("first", slice_of(1000)))
-            second = await create(kube, gpu_pod("second", slice_of(1000)))
-            other_size = await create(kube, gpu_pod("pair", slice_of(1000, count=2)))
-            assert await c.bind(first, "n1") == ""  # no node-agent: its lease stays until the TTL
-            assert await c.bind(other_size, "n1") == ""  # alloc.n1.2 is a different key: no wait
-            assert await c.bind(second, "n1") == ""
-        locks = await bus.kv("locks")
-        entry = await locks.get(lease_key("n1", 1))
-        assert entry is not None and entry.value.decode() == second["metadata"]["uid"]
-    finally:
-        await app.stop()
+    app = await schedulers.leader_of_n1(lease_ttl_s=1.0, bind_timeout_s=15.0, replica_id="ttl")
+    first, second = await create_pods(kube, "first", "second")
+    other_size = await create(kube, gpu_pod("pair", slice_of(1000, count=2)))
+    assert await schedulers.bind(app, first) == ""  # no node-agent: its lease stays until the TTL
+    assert await schedulers.bind(app, other_size) == ""  # alloc.n1.2 is a different key: no wait
+    assert await schedulers.bind(app, second) == ""
+    entry = await (await app.bus.kv("locks")).get(lease_key("n1", 1))
+    assert entry is not None and entry.value.decode() == second["metadata"]["uid"]
 
 
 async def test_bind_gives_up_naming_the_holder_when_the_budget_runs_out(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+    kube: KubeClient, schedulers: Schedulers
 ) -> None:
-    app = await start_scheduler(
-        bus_settings(nats_url),
-        api.write_kubeconfig(tmp_path / "kc"),
-        lease_ttl_s=20.0,
-        bind_timeout_s=0.5,
-        replica_id="impatient",
-    )
-    try:
-        await wait_until(lambda: app.election.is_leader, what="leadership")
-        await create_node(kube, "n1")
-        await register_node(bus, "n1")
-        await wait_until(lambda: NodeName("n1") in app.ledger, what="inventory")
-        async with aiohttp.ClientSession() as session:
-            c = ExtenderClient(session, app.port)
-            first = await create(kube, gpu_pod("first", slice_of(1000)))
-            second = await create(kube, gpu_pod("second", slice_of(1000)))
-            assert await c.bind(first, "n1") == ""
-            error = await c.bind(second, "n1")
-        assert f"Allocate lease alloc.n1.1 is still held by pod {first['metadata']['uid']}" in error
-        assert app.ledger.entry(second["metadata"]["uid"]) is None
-        first_entry = app.ledger.entry(first["metadata"]["uid"])
-        assert first_entry is not None and first_entry.state is AllocationState.DECIDED
-    finally:
-        await app.stop()
+    app = await schedulers.leader_of_n1(lease_ttl_s=20.0, bind_timeout_s=0.5, replica_id="impatient")
+    first, second = await create_pods(kube, "first", "second")
+    assert await schedulers.bind(app, first) == ""
+    error = await schedulers.bind(app, second)
+    assert f"Allocate lease alloc.n1.1 is still held by pod {first['metadata']['uid']}" in error
+    assert app.ledger.entry(second["metadata"]["uid"]) is None
+    first_entry = app.ledger.entry(first["metadata"]["uid"])
+    assert first_entry is not None and first_entry.state is AllocationState.DECIDED
 
 
-async def test_standby_takes_over_when_the_leader_dies(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
-) -> None:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
-    leader = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="leader", leader_ttl_s=1.0)
-    await wait_until(lambda: leader.election.is_leader, what="first leader")
-    standby = await start_scheduler(
-        bus_settings(nats_url), kubeconfig, replica_id="standby", leader_ttl_s=1.0
-    )
-    try:
-        await create_node(kube, "n1")
-        await register_node(bus, "n1")
-        await wait_until(lambda: NodeName("n1") in standby.ledger, what="inventory")
-        assert not standby.election.is_leader
-        await leader.bus.nc.close()  # the leader's process dies: no release, renewals stop
-        await wait_until(lambda: standby.election.is_leader, timeout=15, what="takeover")
-        async with aiohttp.ClientSession() as session:
-            c = ExtenderClient(session, standby.port)
-            pod = await create(kube, gpu_pod("after", slice_of(1000)))
-            assert await c.bind(pod, "n1") == ""
-    finally:
-        await standby.stop()
-        await leader.stop()
+async def test_standby_takes_over_when_the_leader_dies(kube: KubeClient, schedulers: Schedulers) -> None:
+    leader, standby = await schedulers.replicas("leader", "standby")
+    assert not standby.election.is_leader
+    await leader.bus.nc.close()  # the leader's process dies: no release, renewals stop
+    await wait_until(lambda: standby.election.is_leader, timeout=15, what="takeover")
+    [pod] = await create_pods(kube, "after")
+    assert await schedulers.bind(standby, pod) == ""
 
 
 async def test_standby_without_an_answering_leader_says_so_in_the_bind_error(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+    bus: Bus, kube: KubeClient, schedulers: Schedulers
 ) -> None:
     ghost = await bus.lease("leader.scheduler", "ghost-replica", ttl=30.0, auto_renew=True)
     assert await ghost.acquire()  # a leader that holds the lease but serves nothing
-    standby = await start_scheduler(
-        bus_settings(nats_url),
-        api.write_kubeconfig(tmp_path / "kc"),
-        replica_id="standby",
-        forward_timeout_s=1.0,
-    )
-    try:
-        await create_node(kube, "n1")
-        await register_node(bus, "n1")
-        await wait_until(lambda: NodeName("n1") in standby.ledger, what="inventory")
-        await wait_until(lambda: standby.election.leader == "ghost-replica", what="leader known")
-        async with aiohttp.ClientSession() as session:
-            c = ExtenderClient(session, standby.port)
-            pod = await create(kube, gpu_pod("orphan", slice_of(1000)))
-            error = await c.bind(pod, "n1")
-        assert "no leader answered the forwarded bind on gpubus.query.scheduler.bind" in error
-        assert "ghost-replica" in error
-        assert standby.ledger.entry(pod["metadata"]["uid"]) is None
-    finally:
-        await standby.stop()
-        await ghost.release()
+    schedulers.stack.push_async_callback(ghost.release)  # after the standby has stopped
+    standby = await schedulers.start(replica_id="standby", forward_timeout_s=1.0)
+    await add_node(bus, kube, standby)
+    await wait_until(lambda: standby.election.leader == "ghost-replica", what="leader known")
+    [pod] = await create_pods(kube, "orphan")
+    error = await schedulers.bind(standby, pod)
+    assert "no leader answered the forwarded bind on gpubus.query.scheduler.bind" in error
+    assert "ghost-replica" in error
+    assert standby.ledger.entry(pod["metadata"]["uid"]) is None
 
 
 async def test_after_failover_the_old_standby_serves_forwarded_binds(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+    kube: KubeClient, schedulers: Schedulers
 ) -> None:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
-    first = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="first", leader_ttl_s=1.0)
-    await wait_until(lambda: first.election.is_leader, what="first leader")
-    second = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="second", leader_ttl_s=1.0)
-    third = await start_scheduler(bus_settings(nats_url), kubeconfig, replica_id="third", leader_ttl_s=1.0)
-    try:
-        await create_node(kube, "n1")
-        await register_node(bus, "n1")
-        for app in (second, third):
-            await wait_until(lambda app=app: NodeName("n1") in app.ledger, what="inventory")
-        await first.bus.nc.close()  # the leader dies without releasing its lease
-        await wait_until(
-            lambda: second.election.is_leader or third.election.is_leader, timeout=15, what="takeover"
-        )
-        leader, standby = (second, third) if second.election.is_leader else (third, second)
-        async with aiohttp.ClientSession() as session:
-            c = ExtenderClient(session, standby.port)
-            pod = await create(kube, gpu_pod("after", slice_of(1000)))
-            assert await c.bind(pod, "n1") == ""
-        assert leader.ledger.entry(pod["metadata"]["uid"]) is not None
-    finally:
-        await third.stop()
-        await second.stop()
-        await first.stop()
+    first, second, third = await schedulers.replicas("first", "second", "third")
+    await first.bus.nc.close()  # the leader dies without releasing its lease
+    await wait_until(
+        lambda: second.election.is_leader or third.election.is_leader, timeout=15, what="takeover"
+    )
+    leader, standby = (second, third) if second.election.is_leader else (third, second)
+    [pod] = await create_pods(kube, "after")
+    assert await schedulers.bind(standby, pod) == ""
+    assert leader.ledger.entry(pod["metadata"]["uid"]) is not None

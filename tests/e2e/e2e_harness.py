@@ -94,9 +94,12 @@ class E2E:
         return None if pod is None else (pod.get("status") or {}).get("phase", "Pending")
 
     async def wait_phase(self, names: list[str], phases: set[str], timeout: float = 30.0) -> None:  # noqa: ASYNC109
-        await wait_until(lambda: all(self.phase(n) in phases for n in names), timeout,
-                         what=f"{len(names)} pods in {phases}: "
-                              f"{ {n: self.phase(n) for n in names if self.phase(n) not in phases} }")
+        try:
+            await wait_until(lambda: all(self.phase(n) in phases for n in names), timeout,
+                             what=f"{len(names)} pods in {phases}")
+        except AssertionError as e:  # name the laggards as they are now, not as they were at the start
+            late = {n: self.phase(n) for n in names if self.phase(n) not in phases}
+            raise AssertionError(f"{e}; still not there: {late}") from None
 
     async def wait_unschedulable(self, name: str, timeout: float = 30.0) -> None:  # noqa: ASYNC109
         def marked() -> bool:

@@ -149,6 +149,7 @@ class SchedulerApp:
             options=BindOptions(
                 bind_timeout_s=s.bind_timeout_s,
                 reservation_ttl_s=s.reservation_ttl_s,
+                provisional_ttl_s=s.provisional_ttl_s,
                 names=self.names,
             ),
             clock=self.clock,

@@ -6,14 +6,19 @@ ledger entry and publish ``allocation.decided``; POST the Binding carrying the H
 its own metadata (one atomic write). Any failure undoes what was done (reservation, entry + a
 released event, leases) and raises :class:`BindError` with a message for the pod's events.
 
-Why filter reserves nothing: filter only says which nodes *can* take the pod; it picks no devices
-(kube-scheduler picks the node later, and may never bind). The decision that could over-commit is
-made here: Fit runs against the ledger and its result is reserved in the same synchronous step
-(under the node's lock, with no ``await`` between them), so any later Fit on that node - or in that
-namespace, for its ResourceQuota - already counts it. The reservation expires after
-``reservation_ttl_s`` if the bind never writes its ledger entry; once written, the DECIDED entry
-holds the slice until the pod goes. A filter answer that is stale by bind time is refused with
-the fresh Fit's reason (``no_fit``) and kube-scheduler retries.
+The decision that could over-commit is made here: Fit runs against the ledger and its result is
+reserved in the same synchronous step (under the node's lock, with no ``await`` between them), so
+any later Fit on that node - or in that namespace, for its ResourceQuota - already counts it. The
+reservation expires after ``reservation_ttl_s`` if the bind never writes its ledger entry; once
+written, the DECIDED entry holds the slice until the pod goes. A filter answer that is stale by
+bind time is refused with the fresh Fit's reason (``no_fit``) and kube-scheduler retries.
+
+Filter also holds a *provisional* slice (:meth:`Binder.provisional`), as HAMi's filter does:
+kube-scheduler filters the next pod while this one's bind is still on its way, and without it both
+would be told the same nearly full node fits, so one bind fails and the pod goes round again. The
+provisional slice is on the node prioritize will rank first, lapses after ``provisional_ttl_s``,
+and is dropped by the pod's own bind before its real Fit (on whatever node was chosen). It never
+decides anything: it only makes the next filters see the capacity as taken.
 
 This is orchestration; each step is a call into ``placement``, ``state``, ``leases`` or the
 Kubernetes port. Must not know HTTP.
@@ -82,6 +87,8 @@ class PodCache:
 class BindOptions:
     bind_timeout_s: float = 25.0
     reservation_ttl_s: float = 60.0
+    provisional_ttl_s: float = 10.0
+    """How long filter's provisional slice waits for the pod's bind (0 turns it off)."""
     names: ResourceNames = DEFAULT_NAMES
 
 
@@ -143,6 +150,34 @@ class Binder:
         entry = self._state.ledger.entry(PodUID(uid))
         return entry is not None and entry.state in (AllocationState.RESERVED, AllocationState.DECIDED)
 
+    def drop_provisional(self, uid: PodUID) -> None:
+        """Forget the slice an earlier filter held for the pod (a filter again must not count it)."""
+        held = self._state.ledger.entry(uid)
+        if held is not None and held.state is AllocationState.RESERVED and uid not in self._in_flight:
+            self._state.ledger.delete(uid)
+
+    def provisional(self, request: PodRequest, node: NodeName) -> bool:
+        """Hold the slice Fit gives the pod on ``node`` until its bind comes; True if held.
+
+        Leader only (a standby's ledger binds nothing); never over a DECIDED entry or a running
+        bind. Synchronous, like the bind's own Fit-and-reserve step, so no Fit sees half of it.
+        """
+        uid = request.uid
+        if self._opt.provisional_ttl_s <= 0 or not self._is_leader() or uid in self._in_flight:
+            return False
+        ledger = self._state.ledger
+        held = ledger.entry(uid)
+        if held is not None:
+            if held.state is not AllocationState.RESERVED:
+                return False
+            ledger.delete(uid)  # an earlier filter's slice: Fit again without it
+        now = self._clock()
+        fit = self._placement.decide(request, node, now)
+        if not fit.fit:
+            return False
+        ledger.reserve(self._allocation(request, node, fit, now), now + self._opt.provisional_ttl_s)
+        return True
+
     async def bind(self, args: BindingArgs) -> str:
         """Bind the pod; returns the outcome label. Raises BindError (nothing left held)."""
         if not self._is_leader():
@@ -198,25 +233,33 @@ class Binder:
 
     async def _reserve(self, request: PodRequest, node: NodeName) -> Allocation:
         async with self._node_locks.setdefault(node, asyncio.Lock()):
+            ledger = self._state.ledger
+            held = ledger.entry(request.uid)
+            if held is not None and held.state is AllocationState.RESERVED:
+                ledger.delete(request.uid)  # filter's provisional slice: the real Fit replaces it
             now = self._clock()
             fit: NodeFit = self._placement.decide(request, node, now)
             if not fit.fit:
                 raise BindError(
                     "no_fit", f"pod {request.namespace}/{request.name} does not fit node {node}: {fit.reason}"
                 )
-            allocation = Allocation(
-                pod_uid=request.uid,
-                namespace=request.namespace,
-                name=request.name,
-                node=node,
-                devices=fit.devices,
-                containers=tuple(c.name for c in request.containers),
-                init_count=sum(1 for c in request.containers if c.init),
-                state=AllocationState.RESERVED,
-                decided_at=now,
-            )
-            self._state.ledger.reserve(allocation, now + self._opt.reservation_ttl_s)
+            allocation = self._allocation(request, node, fit, now)
+            ledger.reserve(allocation, now + self._opt.reservation_ttl_s)
             return allocation
+
+    @staticmethod
+    def _allocation(request: PodRequest, node: NodeName, fit: NodeFit, now: float) -> Allocation:
+        return Allocation(
+            pod_uid=request.uid,
+            namespace=request.namespace,
+            name=request.name,
+            node=node,
+            devices=fit.devices,
+            containers=tuple(c.name for c in request.containers),
+            init_count=sum(1 for c in request.containers if c.init),
+            state=AllocationState.RESERVED,
+            decided_at=now,
+        )
 
     async def _undo(
         self, uid: PodUID, node: NodeName, decided: bool, leases: list[Any], error: BaseException

@@ -39,7 +39,7 @@ from services.scheduler.wire import (
 )
 from shared.errors import AnnotationError, GpubusError, RequestError
 from shared.events import Event, PodUnschedulable
-from shared.model import PodRequest
+from shared.model import NodeName, PodRequest
 from shared.requests import DEFAULT_NAMES, ResourceNames, pod_request
 
 log = logging.getLogger(__name__)
@@ -138,12 +138,15 @@ class Extender:
         if not self._ready():
             self._metrics.decisions.labels("filter", "not_ready").inc()
             return _json(error_result(NOT_READY))
+        self._binder.drop_provisional(pod.uid)  # judged afresh, without its own earlier slice
         try:
             outcome = self._placement.filter(pod, args.node_names, self._clock())
         except AnnotationError as e:
             self._metrics.decisions.labels("filter", "bad_annotation").inc()
             return _json(error_result(f"pod {pod.namespace}/{pod.name}: {e}"))
         self._pods.put(pod.uid, args.pod, pod)
+        if outcome.passed:
+            self._hold_provisionally(pod, outcome.passed)
         for reason, n in outcome.reason_counts.items():
             self._metrics.reasons.labels(reason).inc(n)
         if not outcome.passed:
@@ -157,6 +160,15 @@ class Extender:
                 nodes=args.nodes,
             )
         )
+
+    def _hold_provisionally(self, pod: PodRequest, passed: list[str]) -> None:
+        """Hold the pod's slice on the node prioritize will rank first (see ``Binder.provisional``)."""
+        if len(passed) == 1:
+            node = passed[0]
+        else:
+            scores = self._placement.scores(pod, passed, self._clock())
+            node = max(scores, key=lambda ns: ns[1])[0]  # ties: the first (kube-scheduler: any)
+        self._binder.provisional(pod, NodeName(node))
 
     def _unschedulable(self, pod: PodRequest, reasons: dict[str, str]) -> None:
         if self._emit is not None:

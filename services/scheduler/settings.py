@@ -36,6 +36,8 @@ class SchedulerSettings(ResourceNameSettings):
     ``bind_timeout_s`` and below the extender ``httpTimeout`` (30 s in the chart)."""
     reservation_ttl_s: float = 60.0
     """An in-process decision not written to the ledger within this lapses, seconds."""
+    provisional_ttl_s: float = 10.0
+    """How long the slice /filter holds for a pod waits for its /bind, seconds (0: filter holds none)."""
     leader_key: str = "leader.scheduler"
     """Key of the leader lease in the ``locks`` bucket."""
     leader_ttl_s: float = 6.0

@@ -11,7 +11,8 @@ One run, real parts: a nats-server subprocess, the SimApiServer, a SchedulerApp 
    Allocate, so this bench runs a node-agent stand-in that releases each pod's lease as soon as it
    sees ``allocation.decided`` (a real kubelet adds its Allocate time per pod on top).
 
-Usage: ``python bench/extender.py [--nodes 5000] [--entries 100000] [--iterations 1000] [--skip-binds]``
+Usage: ``python bench/extender.py [--nodes 5000] [--entries 100000] [--iterations 1000] [--skip-binds]
+[--provisional-ttl 0]`` (0: /filter without its provisional slice, to see what that costs).
 """
 
 from __future__ import annotations
@@ -264,7 +265,8 @@ async def main(args: argparse.Namespace) -> None:
                 f"in {time.perf_counter() - t:.1f}s"
             )
             settings = SchedulerSettings(
-                bind="127.0.0.1", port=0, kubeconfig=str(kubeconfig), replica_id="bench", label_pods=False
+                bind="127.0.0.1", port=0, kubeconfig=str(kubeconfig), replica_id="bench", label_pods=False,
+                provisional_ttl_s=args.provisional_ttl,
             )
             app = SchedulerApp(settings, bus_settings)
             names = [f"node-{i:05d}" for i in range(args.nodes)]
@@ -285,4 +287,6 @@ if __name__ == "__main__":
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--skip-binds", action="store_true", help="state, cold start and /filter only")
+    parser.add_argument("--provisional-ttl", type=float, default=10.0,
+                        help="provisional_ttl_s of the scheduler (0: /filter holds no slice)")
     asyncio.run(main(parser.parse_args()))

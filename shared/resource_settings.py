@@ -10,30 +10,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.requests import ResourceNames
+from shared.requests import DEFAULT_NAMES, ResourceNames
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResourceNameSettings:
-    """HAMi's ``nvidia:`` device config, as settings fields; :meth:`names` is what request derivation sees."""
+    """HAMi's ``nvidia:`` device config, as settings fields; :meth:`names` is what request derivation sees.
 
-    resource_name: str = "nvidia.com/gpu"
+    The defaults come from :data:`shared.requests.DEFAULT_NAMES`: one source, so they cannot drift apart.
+    """
+
+    resource_name: str = DEFAULT_NAMES.count
     """Cards per container (HAMi resourceCountName); same value in the scheduler and the webhook."""
-    resource_mem: str = "nvidia.com/gpumem"
+    resource_mem: str = DEFAULT_NAMES.memory
     """MiB per card; ``limits.<this>`` in a ResourceQuota caps a namespace's GPU memory."""
-    resource_mem_percentage: str = "nvidia.com/gpumem-percentage"
+    resource_mem_percentage: str = DEFAULT_NAMES.memory_percentage
     """% of each card's memory (HAMi resourceMemoryPercentageName)."""
-    resource_cores: str = "nvidia.com/gpucores"
+    resource_cores: str = DEFAULT_NAMES.cores
     """% of SMs per card; ``limits.<this>`` in a ResourceQuota caps a namespace's cores."""
-    resource_priority: str = "nvidia.com/priority"
+    resource_priority: str = DEFAULT_NAMES.priority
     """Task priority (HAMi resourcePriorityName)."""
-    default_mem: int = 0
+    default_mem: int = DEFAULT_NAMES.default_memory
     """MiB given to a card request with neither memory nor percentage (0 = the whole card)."""
-    default_cores: int = 0
+    default_cores: int = DEFAULT_NAMES.default_cores
     """Cores (% of a card) given when none are requested."""
-    default_gpu_num: int = 1
+    default_gpu_num: int = DEFAULT_NAMES.default_gpu_num
     """Cards implied by a memory/cores request without a count (0 = imply nothing)."""
-    memory_factor: int = 1
+    memory_factor: int = DEFAULT_NAMES.memory_factor
     """``gpumem`` values (and memory quotas) are multiplied by this (HAMi memoryFactor)."""
 
     def names(self) -> ResourceNames:

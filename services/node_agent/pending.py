@@ -9,6 +9,7 @@ Pure state, no I/O, no clocks.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +134,8 @@ class PendingTable:
         """
         pending = self._pods.pop(pod_uid, None)
         decided_at = pending.allocation.decided_at if pending else 0.0
+        if not math.isfinite(upto):
+            upto = 0.0  # a garbled release time (from the bus) must not block every later decision
         self._remember(pod_uid, max(upto, decided_at, self._finished.get(pod_uid, 0.0)))
         return pending.allocation if pending else None
 

@@ -152,8 +152,13 @@ class Binder:
 
     def drop_provisional(self, uid: PodUID) -> None:
         """Forget the slice an earlier filter held for the pod (a filter again must not count it)."""
+        if uid not in self._in_flight:  # a running bind's reservation is that bind's
+            self._drop_reserved(uid)
+
+    def _drop_reserved(self, uid: PodUID) -> None:
+        """Drop the pod's entry if it is only a reservation (never a DECIDED one)."""
         held = self._state.ledger.entry(uid)
-        if held is not None and held.state is AllocationState.RESERVED and uid not in self._in_flight:
+        if held is not None and held.state is AllocationState.RESERVED:
             self._state.ledger.delete(uid)
 
     def provisional(self, request: PodRequest, node: NodeName) -> bool:
@@ -165,17 +170,15 @@ class Binder:
         uid = request.uid
         if self._opt.provisional_ttl_s <= 0 or not self._is_leader() or uid in self._in_flight:
             return False
-        ledger = self._state.ledger
-        held = ledger.entry(uid)
-        if held is not None:
-            if held.state is not AllocationState.RESERVED:
-                return False
-            ledger.delete(uid)  # an earlier filter's slice: Fit again without it
+        self._drop_reserved(uid)  # an earlier filter's slice: Fit again without it
+        if self._state.ledger.entry(uid) is not None:
+            return False  # decided already
         now = self._clock()
         fit = self._placement.decide(request, node, now)
         if not fit.fit:
             return False
-        ledger.reserve(self._allocation(request, node, fit, now), now + self._opt.provisional_ttl_s)
+        allocation = self._allocation(request, node, fit, now)
+        self._state.ledger.reserve(allocation, now + self._opt.provisional_ttl_s)
         return True
 
     async def bind(self, args: BindingArgs) -> str:
@@ -233,10 +236,7 @@ class Binder:
 
     async def _reserve(self, request: PodRequest, node: NodeName) -> Allocation:
         async with self._node_locks.setdefault(node, asyncio.Lock()):
-            ledger = self._state.ledger
-            held = ledger.entry(request.uid)
-            if held is not None and held.state is AllocationState.RESERVED:
-                ledger.delete(request.uid)  # filter's provisional slice: the real Fit replaces it
+            self._drop_reserved(request.uid)  # filter's provisional slice: the real Fit replaces it
             now = self._clock()
             fit: NodeFit = self._placement.decide(request, node, now)
             if not fit.fit:
@@ -244,7 +244,7 @@ class Binder:
                     "no_fit", f"pod {request.namespace}/{request.name} does not fit node {node}: {fit.reason}"
                 )
             allocation = self._allocation(request, node, fit, now)
-            ledger.reserve(allocation, now + self._opt.reservation_ttl_s)
+            self._state.ledger.reserve(allocation, now + self._opt.reservation_ttl_s)
             return allocation
 
     @staticmethod

@@ -145,8 +145,9 @@ class Extender:
             self._metrics.decisions.labels("filter", "bad_annotation").inc()
             return _json(error_result(f"pod {pod.namespace}/{pod.name}: {e}"))
         self._pods.put(pod.uid, args.pod, pod)
-        if outcome.passed:
-            self._hold_provisionally(pod, outcome.passed)
+        if outcome.passed:  # on the node prioritize will rank first (see Binder.provisional)
+            first = self._placement.first_choice(pod, outcome.passed, self._clock())
+            self._binder.provisional(pod, NodeName(first))
         for reason, n in outcome.reason_counts.items():
             self._metrics.reasons.labels(reason).inc(n)
         if not outcome.passed:
@@ -160,15 +161,6 @@ class Extender:
                 nodes=args.nodes,
             )
         )
-
-    def _hold_provisionally(self, pod: PodRequest, passed: list[str]) -> None:
-        """Hold the pod's slice on the node prioritize will rank first (see ``Binder.provisional``)."""
-        if len(passed) == 1:
-            node = passed[0]
-        else:
-            scores = self._placement.scores(pod, passed, self._clock())
-            node = max(scores, key=lambda ns: ns[1])[0]  # ties: the first (kube-scheduler: any)
-        self._binder.provisional(pod, NodeName(node))
 
     def _unschedulable(self, pod: PodRequest, reasons: dict[str, str]) -> None:
         if self._emit is not None:

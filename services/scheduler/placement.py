@@ -14,7 +14,7 @@ Pure: no I/O, no clock reads (``now`` is passed in). Must not know HTTP, NATS or
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from services.scheduler.fit import NodeFit, NodeState, Policies, Quota, filter_nodes, fit_pod
@@ -183,20 +183,27 @@ class Placement:
 
     def scores(self, pod: PodRequest, names: Sequence[str], now: float) -> list[tuple[str, int]]:
         """0..10 per node: binpack prefers fuller nodes, spread emptier ones; unusable nodes score 0."""
+        return list(self._scored(pod, names, now))
+
+    def first_choice(self, pod: PodRequest, names: Sequence[str], now: float) -> str:
+        """The node :meth:`scores` ranks highest (the first of equals); ``names`` must not be empty."""
+        if len(names) == 1:
+            return names[0]
+        return max(self._scored(pod, names, now), key=_score)[0]
+
+    def _scored(self, pod: PodRequest, names: Sequence[str], now: float) -> Iterator[tuple[str, int]]:
         policy = pod.annotations.get(ann.NODE_SCHEDULER_POLICY) or self.policies.node
         spread = policy == NodePolicy.SPREAD
-        out: list[tuple[str, int]] = []
         self._sync()
         cache = self._cache
         for name in names:
             cached = cache.get(name)
             if cached is None or now > cached.stale_at:
                 if isinstance(self._resolve(NodeName(name), now), str):
-                    out.append((name, 0))
+                    yield name, 0
                     continue
                 cached = cache[name]
-            out.append((name, MAX_EXTENDER_SCORE - cached.binpack if spread else cached.binpack))
-        return out
+            yield name, MAX_EXTENDER_SCORE - cached.binpack if spread else cached.binpack
 
     def decide(self, pod: PodRequest, node: NodeName, now: float) -> NodeFit:
         """Fit on the chosen node against current usage; ``fit`` False carries the reason."""
@@ -205,3 +212,7 @@ class Placement:
         if isinstance(state, str):
             return NodeFit(node=node, fit=False, score=0.0, reason=state)
         return fit_pod(state, pod, self.policies, self.quota_for(pod))
+
+
+def _score(scored: tuple[str, int]) -> int:
+    return scored[1]

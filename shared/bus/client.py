@@ -154,8 +154,6 @@ class Bus:
         """
         if self._closed:
             raise BusUnavailable(f"publish {event.KIND}: the bus is closed")
-        if not event.source:
-            event = dataclasses.replace(event, source=self.source)
         ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outbox.put(event, ack)
         timeout = self.settings.request_timeout_s if within_s is None else within_s

@@ -265,8 +265,7 @@ class KV:
         """
         async def on_msg(msg: Msg) -> None:
             key = msg.subject[len(self._prefix):]
-            seq, _ = _seq_and_pending(msg)
-            entry = None if _is_tombstone(msg) else Entry(msg.data, seq)
+            entry = None if _is_tombstone(msg) else Entry(msg.data, msg.metadata.sequence.stream)
             try:
                 await callback(key, entry)
             except Exception:
@@ -277,7 +276,6 @@ class KV:
             policy = api.DeliverPolicy.BY_START_SEQUENCE
         with translated(f"kv watch {self.bucket}"):
             # "new" starts after what the bucket holds now; a re-creation must not replay it.
-            floor = 0
             if start_revision is None:
                 floor = (await self._js.stream_info(self._stream)).state.last_seq
             else:
@@ -292,11 +290,6 @@ class KV:
         watch = Watch(sub, self)
         self._watches.add(watch)
         return watch
-
-
-def _seq_and_pending(msg: Msg) -> tuple[int, int]:
-    meta = msg.metadata
-    return meta.sequence.stream, meta.num_pending
 
 
 def _api_prefix(js: JetStreamContext) -> str:

@@ -37,12 +37,6 @@ def prepare(sub: JetStreamContext.PushSubscription, floor: int) -> None:
         jsi._sseq = floor
 
 
-def last_sequence(sub: JetStreamContext.PushSubscription) -> int:
-    """The last stream sequence the consumer delivered (0 if unknown)."""
-    jsi = getattr(sub._sub, "_jsi", None)
-    return int(getattr(jsi, "_sseq", 0) or 0)
-
-
 async def resume(sub: JetStreamContext.PushSubscription, after: int, what: str) -> None:
     """Re-create the consumer now from stream sequence ``after + 1`` (a restarted server lost it)."""
     jsi = getattr(sub._sub, "_jsi", None)

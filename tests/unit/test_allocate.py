@@ -10,6 +10,7 @@ refusals with operator messages, re-delivered and released decisions, completion
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,15 @@ def test_a_decision_released_before_it_arrived_is_ignored_when_it_does() -> None
     table = PendingTable("n1")
     assert table.release(PodUID("p"), upto=105.0) is None
     assert not table.add(allocation("p", (dev(A),), decided_at=100.0))
+
+
+@pytest.mark.parametrize("garbled", [math.nan, math.inf])
+def test_a_release_with_a_garbled_time_still_lets_a_later_decision_count(garbled: float) -> None:
+    table = PendingTable("n1")
+    table.add(allocation("p", (dev(A),), decided_at=100.0))
+    table.release(PodUID("p"), upto=garbled)
+    assert not table.add(allocation("p", (dev(A),), decided_at=100.0))  # the old copy: still ignored
+    assert table.add(allocation("p", (dev(B),), decided_at=101.0))
 
 
 def test_a_retried_bind_after_a_release_brings_a_decision_that_counts() -> None:

@@ -34,7 +34,8 @@ async def test_a_root_task_that_dies_reports_to_its_owner() -> None:
         raise RuntimeError("broken")
 
     tasks = TaskSet("t", on_fatal=fatal.append)
-    tasks.spawn("boom", boom(), root=True)
-    await asyncio.sleep(0.01)
+    task = tasks.spawn("boom", boom(), root=True)
+    await asyncio.wait([task])
+    await asyncio.sleep(0)  # done callbacks run one loop step after the task ends
     assert [str(e) for e in fatal] == ["broken"]
     await tasks.close()

@@ -12,6 +12,7 @@ Pod mix (reference/performance.md §5): 60 % 1 x (8 GiB, 20 %), 30 % 2 x (16 GiB
 
     .venv/bin/python bench/e2e.py --pods 20000 --rate 400        # saturation
     .venv/bin/python bench/e2e.py --pods 9000 --rate 150         # latency at 150 pods/s
+    .venv/bin/python bench/e2e.py --single-node-filter           # HAMi mode: no /prioritize
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ async def main(args: argparse.Namespace) -> None:
     if args.profile:
         extra = {"nodes": (*extra["nodes"], "--profile", str(data / "nodes.prof")),
                  "control": ("--profile", str(data / "control.prof"))}
+    if args.single_node_filter:
+        extra["scheduler"] = ("--single-node-filter",)
     spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,
                      pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra)
     stack = Stack(spec)
@@ -228,4 +231,6 @@ if __name__ == "__main__":
                         help="Give up waiting when no pod started for this long.")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--profile", action="store_true", help="cProfile the simulator processes.")
+    parser.add_argument("--single-node-filter", action="store_true",
+                        help="HAMi mode: filter returns only the best node (no /prioritize round trip).")
     uvloop.run(main(parser.parse_args()))  # the services' loop too: the client's own CPU stays small

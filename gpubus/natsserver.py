@@ -8,6 +8,7 @@ It knows nothing about gpubus events or services.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -82,6 +83,18 @@ def wait_until_serving(port: int, timeout: float = 10.0, proc: subprocess.Popen[
     raise NatsServerError(f"nats-server on port {port} not ready after {timeout}s{_log_tail(log)}")
 
 
+def server_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The embedded server's environment: ``GOMAXPROCS=1`` unless the caller set it.
+
+    The local stack shares a few cores with its Python services; a Go runtime free to use every
+    core spins idle threads and hands goroutines between them, and each hand-off is a cross-CPU
+    wake-up. In ``bench/e2e.py`` one thread cut nats-server's CPU per pod from ~1.3 to ~0.8 ms.
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("GOMAXPROCS", "1")
+    return env
+
+
 class EmbeddedNats:
     """``nats-server -a HOST -p PORT -js -sd STORE`` that keeps its port and store across restarts."""
 
@@ -121,7 +134,7 @@ class EmbeddedNats:
         args = [nats_server_binary(), "-a", self.host, "-p", str(self.port), "-js",
                 "-sd", str(self.store_dir), *self.extra_args]
         with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+            self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=server_env(),
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         self._wait_serving(timeout)
 

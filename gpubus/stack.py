@@ -224,7 +224,10 @@ class Stack:
             "kubeconfig": str(self.kubeconfig),
             "API server": f"http://127.0.0.1:{p.apiserver}",
             "webhook": f"https://127.0.0.1:{p.webhook}/mutate  (/metrics)",
-            "extender": f"http://127.0.0.1:{p.scheduler}  (/filter /prioritize /bind /metrics)",
+            "extender": f"http://127.0.0.1:{p.scheduler}  " + (
+                "(/filter /bind /metrics; HAMi single-node filter)"
+                if "--single-node-filter" in self.spec.extra_args.get("scheduler", ())
+                else "(/filter /prioritize /bind /metrics)"),
             "monitor metrics": f"http://127.0.0.1:{p.monitor}/metrics",
             "logs": str(self.data_dir / "logs"),
         }

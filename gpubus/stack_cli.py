@@ -56,12 +56,16 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     = "60s",
     log_level: Annotated[str, Opt(help="debug, info, warning, error (children's logs).")] = "info",
     fresh: Annotated[bool, Opt(help="Forget events and state of an earlier run in --data-dir.")] = False,
+    single_node_filter: Annotated[bool, Opt(
+        help="HAMi mode: the extender's filter returns only the best node, so kube-scheduler skips "
+             "/prioritize.")] = False,
 ) -> None:
     """Bring up a whole simulated GPU cluster on this machine: NATS, API server, webhook, scheduler, nodes."""
     setup_logging("info")
     spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
                      port_base=port_base, split_count=split_count, pod_duration=pod_duration,
-                     log_level=log_level, fresh=fresh)
+                     log_level=log_level, fresh=fresh,
+                     extra_args={"scheduler": ("--single-node-filter",)} if single_node_filter else {})
     with contextlib.suppress(KeyboardInterrupt):
         code = asyncio.run(_up(spec))
         raise typer.Exit(code)

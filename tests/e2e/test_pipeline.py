@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from asyncwait import wait_until
@@ -100,3 +101,23 @@ async def test_a_pod_that_cannot_fit_stays_pending_with_a_published_reason(e2e: 
     assert e2e.phase("too-big") == "Pending"
     await e2e.check_invariants()
     await _cleanup(e2e, ["too-big", "wrong-type", "right-type"])
+
+
+async def _prioritize_calls(e2e: E2E) -> float:
+    assert e2e.stack.ports is not None
+    url = f"http://127.0.0.1:{e2e.stack.ports.scheduler}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        text = await response.text()
+    counts = [line.split()[-1] for line in text.splitlines()
+              if line.startswith("gpubus_scheduler_prioritize_seconds_count")]
+    assert counts, "the scheduler exports no prioritize histogram"
+    return float(counts[0])
+
+
+async def test_hami_single_node_mode_runs_the_pipeline_without_prioritize(tmp_path: Path) -> None:
+    async with running_stack(tmp_path / "hami", scheduler=("--single-node-filter",)) as hami:
+        names = [f"hami-{i}" for i in range(10)]
+        await hami.create(*(gpu_pod(n, mem=3000, cores=15, duration="1s") for n in names))
+        await hami.wait_phase(names, {"Succeeded"})
+        await hami.check_invariants()
+        assert await _prioritize_calls(hami) == 0

@@ -108,8 +108,8 @@ async def test_a_second_stack_on_the_same_ports_says_which_port_is_busy(e2e: E2E
 async def test_gpubus_up_prints_where_everything_is_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gpubus", "up", "--nodes", "1", "--devices", "1xA100-80GB", "--nats-port", "0",
-        "--port-base", "0", "--data-dir", str(tmp_path), "--single-node-filter", stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT)
+        "--port-base", "0", "--data-dir", str(tmp_path), "--single-node-filter",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     assert proc.stdout is not None
     seen: list[str] = []
     async with asyncio.timeout(90):

@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+import aiohttp
 import uvloop
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -185,6 +187,7 @@ async def main(args: argparse.Namespace) -> None:
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu["bench"] = self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
         report(args, submitted, observer, errors, offered_s, wall, cpu)
+        print("extender answers: " + await extender_answers(stack))
         events = await replay_events(stack.nats_url)
         problems = replay_overcommit(events)
         print(f"over-commit check: {len(events)} events replayed, "
@@ -193,6 +196,20 @@ async def main(args: argparse.Namespace) -> None:
         watch.cancel()
         await kube.close()
         await stack.stop()
+
+
+async def extender_answers(stack: Stack) -> str:
+    """``verb outcome=count`` from the scheduler's decision counter: how many binds failed and why."""
+    assert stack.ports is not None
+    url = f"http://127.0.0.1:{stack.ports.scheduler}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        text = await response.text()
+    counts = []
+    for family in text_string_to_metric_families(text):
+        if family.name == "gpubus_scheduler_decisions":
+            counts += [f"{s.labels['verb']} {s.labels['outcome']}={s.value:.0f}"
+                       for s in family.samples if s.name.endswith("_total") and s.value]
+    return ", ".join(sorted(counts)) or "none"
 
 
 def report(args: argparse.Namespace, submitted: dict[str, float], observer: Observer,  # noqa: PLR0917

@@ -161,6 +161,13 @@ class Binder:
         if held is not None and held.state is AllocationState.RESERVED:
             self._state.ledger.delete(uid)
 
+    def provisional_node(self, uid: PodUID) -> NodeName | None:
+        """Where the pod's filter-time slice is held (None: none, or its bind has begun)."""
+        if uid in self._in_flight:
+            return None
+        held = self._state.ledger.entry(uid)
+        return held.node if held is not None and held.state is AllocationState.RESERVED else None
+
     def provisional(self, request: PodRequest, node: NodeName) -> bool:
         """Hold the slice Fit gives the pod on ``node`` until its bind comes; True if held.
 

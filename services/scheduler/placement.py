@@ -185,6 +185,21 @@ class Placement:
         """0..10 per node: binpack prefers fuller nodes, spread emptier ones; unusable nodes score 0."""
         return list(self._scored(pod, names, now))
 
+    def scores_favouring(
+        self, pod: PodRequest, names: Sequence[str], now: float, held: str | None
+    ) -> list[tuple[str, int]]:
+        """:meth:`scores` with ``held`` (where filter left the pod's provisional slice) alone on top.
+
+        0..10 ties many nodes; kube-scheduler breaks ties at random, and a bind to another node
+        than the one holding the slice may find it full and go round again. Others keep their
+        order, capped one below the top.
+        """
+        scored = self._scored(pod, names, now)
+        if held is None or held not in names:
+            return list(scored)
+        top = MAX_EXTENDER_SCORE
+        return [(name, top if name == held else min(score, top - 1)) for name, score in scored]
+
     def first_choice(self, pod: PodRequest, names: Sequence[str], now: float) -> str:
         """The node :meth:`scores` ranks highest (the first of equals); ``names`` must not be empty."""
         if len(names) == 1:

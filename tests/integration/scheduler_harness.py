@@ -129,6 +129,11 @@ class ExtenderClient:
         assert status == 200, body
         return dict(body)
 
+    async def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, int]:
+        status, body = await self.post("prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names})
+        assert status == 200, body
+        return {p["Host"]: p["Score"] for p in body}
+
     async def bind(self, pod: Mapping[str, Any], node: str) -> str:
         meta = pod["metadata"]
         status, body = await self.post(

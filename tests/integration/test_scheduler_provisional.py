@@ -59,6 +59,24 @@ async def test_the_next_filter_sees_the_slice_held_for_a_pod_not_yet_bound(
     assert used_mem(scheduler, "n1") == 60_000  # one slice, not two
 
 
+async def test_prioritize_puts_the_node_holding_the_slice_alone_on_top(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    nodes = ["n1", "n2", "n3"]
+    await cluster(bus, kube, scheduler, *nodes)
+    pod = await create(kube, gpu_pod("p", slice_of(10_000)))
+    other = await create(kube, gpu_pod("q", slice_of(10_000)))
+    assert await client.prioritize(other, nodes) == dict.fromkeys(nodes, 0)  # three equal empty nodes
+    await client.filter(pod, nodes)
+    held = scheduler.ledger.entry(uid(pod))
+    assert held is not None
+    scores = await client.prioritize(pod, nodes)
+    assert scores[held.node] == 10
+    assert all(score < 10 for node, score in scores.items() if node != held.node)
+    assert await client.bind(pod, held.node) == ""
+    assert await client.prioritize(pod, nodes) == await client.prioritize(other, nodes)  # bound: no favour
+
+
 async def test_a_bind_to_another_node_drops_the_slice_filter_held(
     bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:

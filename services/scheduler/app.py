@@ -279,6 +279,11 @@ class SchedulerApp:
                     "1 once inventory and ledger are loaded",
                     lambda: float(self.state.ready),
                 ),
+                "gpubus_scheduler_lease_takeovers": (
+                    "Allocate leases deleted because their pod was past Allocate before the node-agent "
+                    "released them (the usual race on a busy node, not an error)",
+                    lambda: float(self.leases.takeovers),
+                ),
             }
         )
 

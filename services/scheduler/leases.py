@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from shared.bus import KV, LOCKS, Bus, Entry, Lease, Watch
 from shared.bus.kv import ttl_header_seconds
-from shared.errors import BusUnavailable
+from shared.errors import BusUnavailable, CasConflict
 from shared.handoff import lease_key
 from shared.model import NodeName, PodDevices
 
@@ -80,11 +80,13 @@ class AllocLeases:
         """node -> key -> the one local waiter contending for it (see ``_acquire_one``)."""
         self._queues: dict[str, asyncio.Lock] = {}
         self._holders: dict[str, _Holder] = {}
+        self._deleted: dict[str, int] = {}
+        """key -> revision of its delete marker, while the watch shows it free."""
         self.takeovers = 0
 
     async def start(self) -> None:
         self._kv = await self._bus.kv(LOCKS)
-        self._watch = await self._kv.watch(self._on_key, keys="alloc.>")
+        self._watch = await self._kv.watch(self._on_key, keys="alloc.>", tombstones=self._on_tombstone)
 
     async def close(self) -> None:
         if self._watch is not None:
@@ -106,10 +108,18 @@ class AllocLeases:
             for event in group.values():
                 event.set()
 
+    def freed_at(self, key: str) -> int | None:
+        """The delete marker the watch last showed for ``key`` while it is free (None: held or unseen)."""
+        return self._deleted.get(key)
+
+    def _on_tombstone(self, key: str, revision: int) -> None:
+        self._deleted[key] = revision
+
     async def _on_key(self, key: str, entry: Entry | None) -> None:
         if entry is None:
             self._holders.pop(key, None)
         else:
+            self._deleted.pop(key, None)
             held = self._holders.get(key)
             if held is None or held.revision != entry.revision:
                 owner = entry.value.decode("utf-8", "replace")
@@ -161,7 +171,9 @@ class AllocLeases:
             now = time.monotonic()
             expires = self._expiry(key, owner, now)
             if expires is None:  # free, ours, its owner gone, or its TTL over: ask KV
-                if await lease.acquire(alive):
+                await self._clear_finished_holder(key, owner)
+                if await lease.acquire(alive, over=self._deleted.get(key)):
+                    self._took(key, owner, lease)
                     return lease
                 if key not in self._holders:
                     await self._learn_holder(key)  # held since before our watch started
@@ -172,6 +184,31 @@ class AllocLeases:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(deadline, expires) - now):
                     await event.wait()
+
+    async def _clear_finished_holder(self, key: str, owner: str) -> None:
+        """Delete a lease whose holder (by the hint) is past Allocate, at the revision the watch showed.
+
+        The usual case on a busy node: the scheduler has the previous pod's ``allocation.applied``
+        before the node-agent's delete of its lease. One compare-and-delete instead of a create that
+        must fail and a read to learn the holder; a stale hint loses the compare and changes nothing.
+        """
+        held = self._holders.get(key)
+        if held is None or held.owner == owner or self._owner_alive(held.owner):
+            return
+        assert self._kv is not None
+        with contextlib.suppress(CasConflict):
+            await self._kv.delete(key, last=held.revision)
+            self.takeovers += 1
+
+    def _took(self, key: str, owner: str, lease: Lease) -> None:
+        """Note our own hold before the watch echoes it, so the next local waiter for the key waits
+        on the hint instead of a create that must fail and a read to learn who won. No delete can
+        come first: the node-agent releases only after the decision this bind has yet to publish.
+        """
+        held = self._holders.get(key)
+        if lease.revision is not None and (held is None or held.revision < lease.revision):
+            self._holders[key] = _Holder(owner, lease.revision, time.monotonic())
+            self._deleted.pop(key, None)
 
     async def _learn_holder(self, key: str) -> None:
         assert self._kv is not None

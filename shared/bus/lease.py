@@ -52,16 +52,19 @@ class Lease:
         entry = await self._kv.get(self.key)
         return None if entry is None else entry.value.decode("utf-8", "replace")
 
-    async def acquire(self, is_owner_alive: OwnerCheck | None = None) -> bool:
-        """Take the lease if free, ours already (re-entrant), or held by an owner reported dead."""
+    async def acquire(self, is_owner_alive: OwnerCheck | None = None, *, over: int | None = None) -> bool:
+        """Take the lease if free, ours already (re-entrant), or held by an owner reported dead.
+
+        ``over``: the delete marker a watch last showed for the key (see ``KV.create``).
+        """
         if self.held:
             return True
         for _ in range(_ATTEMPTS):
             try:
-                self._took(await self._kv.create(self.key, self.owner.encode(), ttl=self._msg_ttl))
+                self._took(await self._kv.create(self.key, self.owner.encode(), ttl=self._msg_ttl, over=over))
                 return True
             except CasConflict:
-                pass
+                over = None
             entry = await self._kv.get(self.key)
             if entry is None:
                 continue  # released or expired in between

@@ -233,6 +233,40 @@ async def test_kv_snapshot_skips_deleted_keys_and_watch_continues_from_it(bus: B
     assert changes == [("n3", b"3"), ("n1", None)]
 
 
+async def test_kv_create_over_a_watched_delete_marker_is_one_write(bus: Bus) -> None:
+    kv = await bus.kv("locks")
+    writes: list[str] = []
+
+    async def on_write(msg: object) -> None:
+        writes.append(msg.subject)  # type: ignore[attr-defined]
+
+    sub = await bus.nc.subscribe("$KV.locks.>", cb=on_write)  # every write attempt, won or lost
+    markers: list[tuple[str, int]] = []
+
+    async def on_change(key: str, entry: object) -> None:
+        pass
+
+    watch = await kv.watch(on_change, tombstones=lambda key, rev: markers.append((key, rev)))
+    first = await kv.create("alloc.n1.1", b"a")
+    await kv.delete("alloc.n1.1", last=first)
+    await wait_until(lambda: len(markers) == 1, what="the delete marker")
+    assert markers[0][0] == "alloc.n1.1" and markers[0][1] > first
+    await bus.nc.flush()
+    before = len(writes)
+    second = await kv.create("alloc.n1.1", b"b", over=markers[0][1])
+    await bus.nc.flush()
+    assert len(writes) - before == 1  # nats-py's create alone: a failing write, a read, a write
+    entry = await kv.get("alloc.n1.1")
+    assert entry is not None and (entry.value, entry.revision) == (b"b", second)
+    with pytest.raises(CasConflict):  # a live key with a stale marker: still a create, and it loses
+        await kv.create("alloc.n1.1", b"c", over=markers[0][1])
+    await kv.delete("alloc.n1.1", last=second)
+    third = await kv.create("alloc.n1.1", b"d", over=markers[0][1])  # a stale marker: plain create
+    assert (await kv.get("alloc.n1.1")) == type(entry)(b"d", third)
+    await watch.stop()
+    await sub.unsubscribe()
+
+
 async def test_kv_items_of_empty_bucket_is_empty(bus: Bus) -> None:
     assert await (await bus.kv("allocations")).items() == {}
 

@@ -166,6 +166,27 @@ async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR091
     assert total == expected
 
 
+async def test_a_lease_freed_by_the_node_agent_is_taken_in_one_write(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient, agent: Subscription
+) -> None:
+    await add_node(bus, kube, scheduler)
+    key = lease_key("n1", 1)
+    writes: list[str] = []
+
+    async def on_write(msg: Any) -> None:
+        if msg.headers and msg.headers.get("KV-Operation") != "DEL" and msg.data:
+            writes.append(msg.data.decode())  # a create attempt, by the owner it names
+
+    sub = await bus.nc.subscribe(f"$KV.locks.{key}", cb=on_write)
+    pods = await create_pods(kube, "one", "two", "three")
+    for pod in pods:
+        assert await client.bind(pod, "n1") == ""
+        await wait_until(lambda: scheduler.leases.freed_at(key) is not None, what="the agent's release")
+    await bus.nc.flush()
+    await sub.unsubscribe()
+    assert writes == [p["metadata"]["uid"] for p in pods]  # no create that fails over the marker
+
+
 async def test_lease_of_a_gone_owner_is_taken_over_at_once(
     bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
@@ -175,6 +196,7 @@ async def test_lease_of_a_gone_owner_is_taken_over_at_once(
     pod = await create(kube, gpu_pod("p", slice_of(1000)))
     assert await client.bind(pod, "n1") == ""
     assert await stale.holder() == pod["metadata"]["uid"]
+    assert scheduler.leases.takeovers == 1
 
 
 async def test_live_holder_is_waited_for_until_its_ttl_runs_out(

@@ -108,6 +108,11 @@ class AllocLeases:
             for event in group.values():
                 event.set()
 
+    def holder_hint(self, key: str) -> str | None:
+        """Who holds ``key`` as the watch (or this process's own acquire) last showed it."""
+        held = self._holders.get(key)
+        return None if held is None else held.owner
+
     def freed_at(self, key: str) -> int | None:
         """The delete marker the watch last showed for ``key`` while it is free (None: held or unseen)."""
         return self._deleted.get(key)
@@ -191,14 +196,18 @@ class AllocLeases:
         The usual case on a busy node: the scheduler has the previous pod's ``allocation.applied``
         before the node-agent's delete of its lease. One compare-and-delete instead of a create that
         must fail and a read to learn the holder; a stale hint loses the compare and changes nothing.
+        The marker's revision lets the create that follows be one write too.
         """
         held = self._holders.get(key)
         if held is None or held.owner == owner or self._owner_alive(held.owner):
             return
         assert self._kv is not None
         with contextlib.suppress(CasConflict):
-            await self._kv.delete(key, last=held.revision)
+            marker = await self._kv.delete(key, last=held.revision)
             self.takeovers += 1
+            if self._holders.get(key) is held:  # the watch may have moved on meanwhile
+                del self._holders[key]
+                self._deleted[key] = marker
 
     def _took(self, key: str, owner: str, lease: Lease) -> None:
         """Note our own hold before the watch echoes it, so the next local waiter for the key waits

@@ -182,15 +182,19 @@ class KV:
             ack = await self._js.publish(self._prefix + key, value, headers=headers)
         return ack.seq
 
-    async def delete(self, key: str, *, last: int | None = None) -> None:
-        """Delete (tombstone) the key; with ``last`` only if its revision is still ``last``."""
+    async def delete(self, key: str, *, last: int | None = None) -> int:
+        """Delete (tombstone) the key; with ``last`` only if its revision is still ``last``.
+
+        Returns the marker's revision (a later ``create(over=...)`` is then one write).
+        """
         headers = {KV_OP: KV_DEL}
         if last:
             headers[api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value] = str(last)
         with translated(f"kv delete {self.bucket}/{key}"):
             if not nats.js.kv._is_key_valid(key):
                 raise nats.js.errors.InvalidKeyError(key)
-            await self._js.publish(self._prefix + key, b"", headers=headers)
+            ack = await self._js.publish(self._prefix + key, b"", headers=headers)
+        return ack.seq
 
     async def purge(self, key: str) -> None:
         """Remove the key and all its history."""

@@ -191,12 +191,24 @@ async def test_lease_of_a_gone_owner_is_taken_over_at_once(
     bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await add_node(bus, kube, scheduler)
-    stale = await bus.lease(lease_key("n1", 1), "pod-that-is-gone", auto_renew=False)
+    key = lease_key("n1", 1)
+    stale = await bus.lease(key, "pod-that-is-gone", auto_renew=False)
     assert await stale.acquire()
+    await wait_until(lambda: scheduler.leases.holder_hint(key) == "pod-that-is-gone", what="the hint")
+    writes: list[str] = []
+
+    async def on_write(msg: Any) -> None:
+        deleting = msg.headers and msg.headers.get("KV-Operation") == "DEL"
+        writes.append("delete" if deleting else msg.data.decode())
+
+    sub = await bus.nc.subscribe(f"$KV.locks.{key}", cb=on_write)
     pod = await create(kube, gpu_pod("p", slice_of(1000)))
     assert await client.bind(pod, "n1") == ""
+    await bus.nc.flush()
+    await sub.unsubscribe()
     assert await stale.holder() == pod["metadata"]["uid"]
     assert scheduler.leases.takeovers == 1
+    assert writes == ["delete", pod["metadata"]["uid"]]  # at the watched revisions: no failed write
 
 
 async def test_live_holder_is_waited_for_until_its_ttl_runs_out(

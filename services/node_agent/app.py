@@ -41,7 +41,7 @@ from services.node_agent.verify import (
 from shared.annotations import NODE_REGISTER, encode_node_devices
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Route, Service
 from shared.codec import from_wire, to_wire
-from shared.errors import BusUnavailable, EventDecodeError, GpubusError
+from shared.errors import BusUnavailable, CasConflict, EventDecodeError, GpubusError
 from shared.events import (
     AllocationDecided,
     AllocationMismatch,
@@ -141,6 +141,8 @@ class NodeAgent:
         self._health_service: Service | None = None
         self._annotation = ""
         self._verify_queue = VerifyQueue(settings.verify_delay_s, _VERIFY_ATTEMPTS)
+        self._lease_revisions: dict[PodUID, dict[str, int]] = {}
+        """Pod -> the Allocate leases its decision said the scheduler holds (key -> revision)."""
         self._verify_wakeup = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -193,8 +195,11 @@ class NodeAgent:
     # -- decisions -----------------------------------------------------------------------------
     async def _on_event(self, event: Event) -> None:
         if isinstance(event, AllocationDecided):
+            if event.leases and event.allocation.node == self.node:
+                self._lease_revisions[event.allocation.pod_uid] = dict(event.leases)
             self.handoff.decided(event.allocation)
         elif isinstance(event, AllocationReleased):
+            self._lease_revisions.pop(PodUID(event.pod_uid), None)
             self.handoff.released(PodUID(event.pod_uid), event.ts)
 
     async def _rebuild_from_kv(self) -> None:
@@ -228,18 +233,22 @@ class NodeAgent:
 
     async def _release_leases(self, allocation: Allocation) -> None:
         sizes = sorted({len(d) for d in allocation.devices if d})
+        revisions = self._lease_revisions.pop(allocation.pod_uid, {})
         deadline = asyncio.get_running_loop().time() + self.bus.settings.lock_ttl_s
         for size in sizes:
+            key = lease_key(self.node, size)
             while True:
                 try:
-                    lease = await self.bus.lease(
-                        lease_key(self.node, size), allocation.pod_uid, auto_renew=False
-                    )
-                    await lease.release()
+                    if key in revisions:  # one compare-and-delete; a conflict: released or taken over
+                        with contextlib.suppress(CasConflict):
+                            await (await self.bus.kv(LOCKS)).delete(key, last=revisions[key])
+                    else:
+                        lease = await self.bus.lease(key, allocation.pod_uid, auto_renew=False)
+                        await lease.release()
                     break
                 except BusUnavailable as e:
                     if asyncio.get_running_loop().time() > deadline:
-                        log.info("lease %s not released (%s); its TTL ends it", lease_key(self.node, size), e)
+                        log.info("lease %s not released (%s); its TTL ends it", key, e)
                         break
                     await asyncio.sleep(_LEASE_RETRY_S)
 

@@ -232,7 +232,8 @@ class Binder:
             # Set first: a decide that fails after its KV write (or whose event is still queued)
             # must be undone with a full release, so the node-agent sees released after decided.
             decided = True
-            await self._state.decide(allocation)
+            held = {lease.key: lease.revision for lease in leases if lease.revision is not None}
+            await self._state.decide(allocation, held)
             await self._post_binding(args, node, hami_annotations(allocation, allocation.decided_at))
         except BaseException as e:
             await self._undo(uid, node, decided, leases, e)

@@ -16,7 +16,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
 import msgpack
@@ -221,13 +221,16 @@ class State:
         self._changed(allocation.node)
         return revision
 
-    async def decide(self, allocation: Allocation) -> int:
-        """Write a DECIDED entry and publish ``allocation.decided`` (both before the Binding)."""
+    async def decide(self, allocation: Allocation, leases: Mapping[str, int] | None = None) -> int:
+        """Write a DECIDED entry and publish ``allocation.decided`` (both before the Binding);
+        ``leases``: the Allocate leases held for it, key -> revision."""
         decided = replace(allocation, state=AllocationState.DECIDED, expires_at=0.0)
         revision = await self.write(decided)
         # In order with the releases emitted before it: the event stream must never show a
         # decision ahead of the release that freed its capacity.
-        await self.bus.publish_in_order(AllocationDecided(allocation=decided, node=decided.node))
+        await self.bus.publish_in_order(
+            AllocationDecided(allocation=decided, node=decided.node, leases=dict(leases or {}))
+        )
         return revision
 
     async def set_state(self, uid: PodUID, state: AllocationState) -> Allocation | None:

@@ -28,6 +28,9 @@ class AllocationDecided(Event):
     KIND: ClassVar[str] = "allocation.decided"
 
     allocation: Allocation
+    leases: dict[str, int] = field(default_factory=dict)
+    """Allocate lease key -> the revision the scheduler took it at: the node-agent releases each
+    with one compare-and-delete instead of a read and a delete (empty from older schedulers)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

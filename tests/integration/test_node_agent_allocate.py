@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -156,6 +157,36 @@ async def test_same_size_pods_are_serialized_by_the_lease_the_agent_releases(bus
         assert limits(answer_first["c0"].envs) == ("1000m",)
         assert limits(answer_second["c0"].envs) == ("3000m",)
         await lease_second.release()
+
+
+async def test_a_lease_named_in_the_decision_is_released_in_one_compare_and_delete(bus: Bus) -> None:
+    async with rig(bus) as r:
+        named = r.allocation("named", [(0, 1000, 10)])
+        unnamed = r.allocation("unnamed", [(0, 1000, 10), (1, 1000, 10)])  # two GPUs: key .2
+        ops: list[str] = []
+
+        async def on_msg(msg: Any) -> None:  # one subscription: callbacks in the server's order
+            if msg.subject.startswith("$JS.API.DIRECT.GET.KV_locks."):
+                ops.append("read")
+            elif msg.subject.startswith("$KV.locks.alloc.") and (msg.headers or {}).get("KV-Operation"):
+                ops.append("delete")
+
+        sub = await bus.nc.subscribe(">", cb=on_msg)
+        leases = [await bus.lease(lease_key(r.node, n), a.pod_uid, auto_renew=False)
+                  for n, a in ((1, named), (2, unnamed))]
+        for lease in leases:
+            assert await lease.acquire() and lease.revision is not None
+        await r.decide(named, leases={leases[0].key: leases[0].revision or 0})
+        await r.kubelet.admit(r.pod(named))
+        await wait_until(lambda: "delete" in ops, what="the named lease released")
+        assert ops == ["delete"]
+        ops.clear()
+        await r.decide(unnamed)  # as from a scheduler that names none: read the holder, then delete
+        await r.kubelet.admit(r.pod(unnamed))
+        await wait_until(lambda: "delete" in ops, what="the other lease released")
+        assert ops == ["read", "delete"]
+        await sub.unsubscribe()
+        assert await leases[0].holder() is None and await leases[1].holder() is None
 
 
 async def test_same_size_pods_pending_together_are_refused_not_swapped(bus: Bus) -> None:

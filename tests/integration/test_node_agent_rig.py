@@ -136,11 +136,14 @@ class Rig:
             init_count=init_count,
         )
 
-    async def decide(self, allocation: Allocation, *, event: bool = True) -> None:
+    async def decide(
+        self, allocation: Allocation, *, event: bool = True, leases: dict[str, int] | None = None
+    ) -> None:
         kv = await self.bus.kv(ALLOCATIONS)
         await kv.put(allocation.pod_uid, msgpack.packb(to_wire(allocation), use_bin_type=True))
         if event:
-            await self.bus.publish(AllocationDecided(node=self.node, allocation=allocation))
+            decided = AllocationDecided(node=self.node, allocation=allocation, leases=leases or {})
+            await self.bus.publish(decided)
 
     async def release(self, allocation: Allocation) -> None:
         await (await self.bus.kv(ALLOCATIONS)).delete(allocation.pod_uid)

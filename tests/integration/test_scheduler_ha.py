@@ -177,14 +177,24 @@ async def test_a_lease_freed_by_the_node_agent_is_taken_in_one_write(
         if msg.headers and msg.headers.get("KV-Operation") != "DEL" and msg.data:
             writes.append(msg.data.decode())  # a create attempt, by the owner it names
 
+    named: list[dict[str, int]] = []
+
+    async def on_decided(event: Event) -> None:
+        if isinstance(event, AllocationDecided):
+            named.append(event.leases)
+
     sub = await bus.nc.subscribe(f"$KV.locks.{key}", cb=on_write)
+    decisions = await bus.subscribe("gpubus.allocation.decided.>", on_decided, deliver="new")
     pods = await create_pods(kube, "one", "two", "three")
     for pod in pods:
         assert await client.bind(pod, "n1") == ""
         await wait_until(lambda: scheduler.leases.freed_at(key) is not None, what="the agent's release")
     await bus.nc.flush()
     await sub.unsubscribe()
+    await wait_until(lambda: len(named) == 3, what="three decisions")
+    await decisions.stop()
     assert writes == [p["metadata"]["uid"] for p in pods]  # no create that fails over the marker
+    assert all(list(leases) == [key] and leases[key] > 0 for leases in named)  # for the node-agent
 
 
 async def test_lease_of_a_gone_owner_is_taken_over_at_once(

@@ -284,9 +284,9 @@ class KV:
             key = msg.subject[len(self._prefix):]
             revision = msg.metadata.sequence.stream
             entry = None if _is_tombstone(msg) else Entry(msg.data, revision)
-            if entry is None and tombstones is not None:
-                tombstones(key, revision)
             try:
+                if entry is None and tombstones is not None:
+                    tombstones(key, revision)
                 await callback(key, entry)
             except Exception:
                 log.exception("kv watch callback failed for %s/%s", self.bucket, key)

@@ -33,6 +33,9 @@ _SNAPSHOT_INACTIVE_S = 60.0
 #: A snapshot read gives up after max(this, keys / _SNAPSHOT_RATE) seconds.
 _SNAPSHOT_MIN_S = 30.0
 _SNAPSHOT_RATE = 5000.0
+#: The idle heartbeat a snapshot read asks for; two missed ones end it.
+_SNAPSHOT_HEARTBEAT_S = 1.0
+_IDLE_HEARTBEAT = "100"
 
 #: Deleted, purged or expired: the key has no current value.
 _TOMBSTONE_OPS = frozenset({KV_DEL, KV_PURGE})
@@ -233,14 +236,19 @@ class KV:
         if expected == 0:
             return Snapshot(entries, highest)
         seen = 0
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        heard = loop.time()
 
         async def on_msg(msg: Msg) -> None:
-            nonlocal highest, seen
+            nonlocal highest, seen, heard
+            heard = loop.time()
             if done.done():
                 return
-            if not msg.reply:  # a status (408 expired, 409 leadership change...): cut short
+            if not msg.reply:  # a status (408 expired, 409 consumer deleted...): cut short
                 status = msg.headers.get("Status", "?") if msg.headers else "?"
+                if status == _IDLE_HEARTBEAT:
+                    return
                 done.set_exception(BusUnavailable(f"kv snapshot {self.bucket}: read cut short by "
                                                   f"status {status} after {seen} of {expected}"))
                 return
@@ -259,10 +267,21 @@ class KV:
         inbox = self._nc.new_inbox()
         sub = await self._nc.subscribe(inbox, cb=on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
         try:
-            request = {"batch": expected, "expires": int(timeout * 1e9)}
+            # Idle heartbeats tell a slow read from a dead one: a consumer deleted before the
+            # request reached it answers nothing at all, which would otherwise cost the whole timeout.
+            request = {"batch": expected, "expires": int(timeout * 1e9),
+                       "idle_heartbeat": int(_SNAPSHOT_HEARTBEAT_S * 1e9)}
             await self._nc.publish(f"{_api_prefix(self._js)}.CONSUMER.MSG.NEXT.{self._stream}.{consumer}",
                                    json.dumps(request).encode(), reply=inbox)
-            await asyncio.wait_for(done, timeout)
+            deadline = loop.time() + timeout
+            while not done.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(done), min(_SNAPSHOT_HEARTBEAT_S, timeout))
+                now = loop.time()
+                if not done.done() and (now > deadline or now - heard > 2 * _SNAPSHOT_HEARTBEAT_S):
+                    why = "timed out" if now > deadline else "the server stopped answering (no heartbeat)"
+                    raise BusUnavailable(f"kv snapshot {self.bucket}: {why} after {seen} of {expected}")
+            await done
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()

@@ -680,3 +680,35 @@ async def test_publish_in_order_while_nats_is_down_raises_but_is_sent_later(
         assert got.ids() == [before.id, decided.id]
     finally:
         await sender.close()
+
+
+async def test_a_snapshot_whose_reader_is_deleted_fails_instead_of_returning_less(bus: Bus) -> None:
+    kv = await bus.kv("inventory")
+    total = 20_000
+    for start in range(0, total, 1000):
+        await asyncio.gather(*(kv.put(f"n{i}", b"x" * 64) for i in range(start, start + 1000)))
+
+    async def delete_the_reader() -> None:  # polls: the consumer's creation raises no event here
+        names: list[str] = []
+        while not names:
+            names = [c.name for c in await bus.js.consumers_info("KV_inventory")]
+        for name in names:
+            await bus.js.delete_consumer("KV_inventory", name)
+
+    refusals: list[str] = []
+    for _ in range(5):
+        deleter = asyncio.create_task(delete_the_reader())
+        try:
+            snap = await kv.snapshot()
+        except BusUnavailable as e:
+            refusals.append(str(e))
+        else:
+            assert len(snap.entries) == total  # deleted too late: whole, never short
+        finally:
+            await asyncio.gather(deleter, return_exceptions=True)
+        if refusals:
+            break
+    # A pull the server accepted and then dropped with its consumer gets no answer at all; the read
+    # asked for idle heartbeats, so it ends after two missed ones instead of its 30 s budget.
+    assert refusals and all(r.startswith("kv snapshot inventory: ") for r in refusals), refusals
+    assert len((await kv.snapshot()).entries) == total

@@ -41,7 +41,7 @@ from services.node_agent.verify import (
 from shared.annotations import NODE_REGISTER, encode_node_devices
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Route, Service
 from shared.codec import from_wire, to_wire
-from shared.errors import BusUnavailable, CasConflict, EventDecodeError, GpubusError
+from shared.errors import BusUnavailable, EventDecodeError, GpubusError
 from shared.events import (
     AllocationDecided,
     AllocationMismatch,
@@ -196,11 +196,20 @@ class NodeAgent:
     async def _on_event(self, event: Event) -> None:
         if isinstance(event, AllocationDecided):
             if event.leases and event.allocation.node == self.node:
-                self._lease_revisions[event.allocation.pod_uid] = dict(event.leases)
+                self._lease_revisions[event.allocation.pod_uid] = self._valid_revisions(event.leases)
             self.handoff.decided(event.allocation)
         elif isinstance(event, AllocationReleased):
             self._lease_revisions.pop(PodUID(event.pod_uid), None)
             self.handoff.released(PodUID(event.pod_uid), event.ts)
+
+    def _valid_revisions(self, leases: dict[str, int]) -> dict[str, int]:
+        """A decision's lease revisions, without any that cannot be one (bus input: counted, dropped;
+        those leases are released the owner-checked way)."""
+        valid = {key: rev for key, rev in leases.items() if rev > 0}
+        if len(valid) < len(leases):
+            self.metrics.bad_requests.labels(method="decision_leases").inc()
+            log.warning("decision names lease revisions that cannot be: %s", leases)
+        return valid
 
     async def _rebuild_from_kv(self) -> None:
         try:
@@ -239,12 +248,8 @@ class NodeAgent:
             key = lease_key(self.node, size)
             while True:
                 try:
-                    if key in revisions:  # one compare-and-delete; a conflict: released or taken over
-                        with contextlib.suppress(CasConflict):
-                            await (await self.bus.kv(LOCKS)).delete(key, last=revisions[key])
-                    else:
-                        lease = await self.bus.lease(key, allocation.pod_uid, auto_renew=False)
-                        await lease.release()
+                    lease = await self.bus.lease(key, allocation.pod_uid, auto_renew=False)
+                    await lease.release(revisions.get(key))
                     break
                 except BusUnavailable as e:
                     if asyncio.get_running_loop().time() > deadline:

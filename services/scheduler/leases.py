@@ -248,7 +248,7 @@ class AllocLeases:
                 continue  # released at Allocate (the usual case), or someone else's by now
             lease = await self._bus.lease(key, owner, ttl=self._ttl, auto_renew=False)
             with contextlib.suppress(BusUnavailable):
-                await lease.release()
+                await lease.release(held.revision)
 
 
 def _node_of(key: str) -> str:

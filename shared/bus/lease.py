@@ -96,10 +96,25 @@ class Lease:
             raise LeaseLost(f"lease {self.key} lost by {self.owner}") from e
         self._renewed_at = time.monotonic()
 
-    async def release(self) -> bool:
-        """Give the lease back if ``owner`` holds it (also from another process); True if released."""
+    async def release(self, revision: int | None = None) -> bool:
+        """Give the lease back if ``owner`` holds it (also from another process); True if released.
+
+        ``revision``: the one the owner took the key at, as its taker reported it (positive; others
+        are ignored). The release is then one compare-and-delete, and losing the compare means the
+        owner's hold is gone already. Without it, a lease this object holds deletes at its own
+        revision first; otherwise (or if a renewal raced that) the owner is read, then deleted.
+        """
         await self._stop_renewer()
-        self.revision = None
+        told = revision is not None and revision > 0
+        known, self.revision = (revision if told else self.revision), None
+        if known:
+            try:
+                await self._kv.delete(self.key, last=known)
+            except CasConflict:
+                if told:
+                    return False
+            else:
+                return True
         entry = await self._kv.get(self.key)
         if entry is None or entry.value.decode("utf-8", "replace") != self.owner:
             return False

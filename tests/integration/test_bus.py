@@ -297,6 +297,36 @@ async def test_lease_renew_and_release(bus: Bus) -> None:
     assert not await lease.release()
 
 
+async def test_lease_release_at_a_known_revision_is_one_compare_and_delete(bus: Bus) -> None:
+    kv = await bus.kv("locks")
+    ops: list[str] = []
+
+    async def on_msg(msg: object) -> None:  # one subscription: callbacks in the server's order
+        subject = msg.subject  # type: ignore[attr-defined]
+        if subject.startswith("$JS.API.DIRECT.GET.KV_locks."):
+            ops.append("read")
+        elif subject == "$KV.locks.node.k" and (msg.headers or {}).get("KV-Operation"):  # type: ignore[attr-defined]
+            ops.append("delete")
+
+    sub = await bus.nc.subscribe(">", cb=on_msg)
+    held = await bus.lease("node.k", "a", auto_renew=False)
+    assert await held.acquire() and held.revision is not None
+    taken_at = held.revision
+    assert await held.release()  # held here: at its own revision
+    await wait_until(lambda: ops == ["delete"], what="one delete")
+    other = await bus.lease("node.k", "a", auto_renew=False)
+    assert await held.acquire()  # over the marker: nats-py's create reads it
+    await wait_until(lambda: "read" in ops, what="the acquire's read")
+    ops.clear()
+    assert not await other.release(taken_at)  # told a revision that is gone: nothing deleted, no read
+    assert (await kv.get("node.k")) is not None
+    assert await other.release(held.revision)  # told the right one
+    assert await kv.get("node.k") is None
+    await wait_until(lambda: len(ops) >= 4, what="four operations")
+    assert ops == ["delete", "read", "delete", "read"]  # the reads are the test's own gets
+    await sub.unsubscribe()
+
+
 async def test_lease_expires_after_its_ttl_without_renewal(bus: Bus) -> None:
     held = await bus.lease("node-e", "sleepy", ttl=1, auto_renew=False)
     assert await held.acquire()

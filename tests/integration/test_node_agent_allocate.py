@@ -185,8 +185,19 @@ async def test_a_lease_named_in_the_decision_is_released_in_one_compare_and_dele
         await r.kubelet.admit(r.pod(unnamed))
         await wait_until(lambda: "delete" in ops, what="the other lease released")
         assert ops == ["read", "delete"]
+        garbled = r.allocation("garbled", [(1, 1000, 10)])
+        third = await bus.lease(lease_key(r.node, 1), garbled.pod_uid, auto_renew=False)
+        assert await third.acquire()
+        await bus.nc.flush()
+        await wait_until(lambda: "read" in ops[2:], what="the acquire's read over the marker")
+        ops.clear()
+        await r.decide(garbled, leases={third.key: 0})  # bus input that cannot be a revision
+        await r.kubelet.admit(r.pod(garbled))
+        await wait_until(lambda: "delete" in ops, what="the garbled decision's lease released")
+        assert ops == ["read", "delete"]  # owner-checked, never an unconditional delete
+        assert r.metric("gpubus_node_agent_bad_requests_total", method="decision_leases") == 1
         await sub.unsubscribe()
-        assert await leases[0].holder() is None and await leases[1].holder() is None
+        assert all([await lease.holder() is None for lease in (*leases, third)])
 
 
 async def test_same_size_pods_pending_together_are_refused_not_swapped(bus: Bus) -> None:

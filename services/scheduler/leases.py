@@ -117,18 +117,28 @@ class AllocLeases:
         """The delete marker the watch last showed for ``key`` while it is free (None: held or unseen)."""
         return self._deleted.get(key)
 
+    def _newest(self, key: str) -> int:
+        held = self._holders.get(key)
+        return held.revision if held is not None else self._deleted.get(key, 0)
+
+    def _note_held(self, key: str, owner: str, revision: int) -> None:
+        """The hint's one rule: a change newer than the last one known replaces it (the same
+        revision seen again keeps its first sighting, from which its TTL is counted)."""
+        if revision > self._newest(key):
+            self._holders[key] = _Holder(owner, revision, time.monotonic())
+            self._deleted.pop(key, None)
+
+    def _note_freed(self, key: str, marker: int) -> None:
+        if marker > self._newest(key):
+            self._holders.pop(key, None)
+            self._deleted[key] = marker
+
     def _on_tombstone(self, key: str, revision: int) -> None:
-        self._deleted[key] = revision
+        self._note_freed(key, revision)
 
     async def _on_key(self, key: str, entry: Entry | None) -> None:
-        if entry is None:
-            self._holders.pop(key, None)
-        else:
-            self._deleted.pop(key, None)
-            held = self._holders.get(key)
-            if held is None or held.revision != entry.revision:
-                owner = entry.value.decode("utf-8", "replace")
-                self._holders[key] = _Holder(owner, entry.revision, time.monotonic())
+        if entry is not None:  # deletes come through _on_tombstone, with their revision
+            self._note_held(key, entry.value.decode("utf-8", "replace"), entry.revision)
         group = self._waiters.get(_node_of(key))
         event = None if group is None else group.get(key)
         if event is not None:
@@ -178,7 +188,9 @@ class AllocLeases:
             if expires is None:  # free, ours, its owner gone, or its TTL over: ask KV
                 await self._clear_finished_holder(key, owner)
                 if await lease.acquire(alive, over=self._deleted.get(key)):
-                    self._took(key, owner, lease)
+                    # noted before the watch echoes it, so the next local waiter waits on the hint
+                    # instead of a create that must fail and a read to learn who won
+                    self._note_held(key, owner, lease.revision or 0)
                     return lease
                 if key not in self._holders:
                     await self._learn_holder(key)  # held since before our watch started
@@ -203,28 +215,15 @@ class AllocLeases:
             return
         assert self._kv is not None
         with contextlib.suppress(CasConflict):
-            marker = await self._kv.delete(key, last=held.revision)
+            self._note_freed(key, await self._kv.delete(key, last=held.revision))
             self.takeovers += 1
-            if self._holders.get(key) is held:  # the watch may have moved on meanwhile
-                del self._holders[key]
-                self._deleted[key] = marker
 
-    def _took(self, key: str, owner: str, lease: Lease) -> None:
-        """Note our own hold before the watch echoes it, so the next local waiter for the key waits
-        on the hint instead of a create that must fail and a read to learn who won. No delete can
-        come first: the node-agent releases only after the decision this bind has yet to publish.
-        """
-        held = self._holders.get(key)
-        if lease.revision is not None and (held is None or held.revision < lease.revision):
-            self._holders[key] = _Holder(owner, lease.revision, time.monotonic())
-            self._deleted.pop(key, None)
 
     async def _learn_holder(self, key: str) -> None:
         assert self._kv is not None
         entry = await self._kv.get(key)
-        if entry is not None and key not in self._holders:
-            owner = entry.value.decode("utf-8", "replace")
-            self._holders[key] = _Holder(owner, entry.revision, time.monotonic())
+        if entry is not None:
+            self._note_held(key, entry.value.decode("utf-8", "replace"), entry.revision)
 
     def _expiry(self, key: str, owner: str, now: float) -> float | None:
         """When the key's live holder (by the watch) must have lost it by TTL; None: try KV now."""

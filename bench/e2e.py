@@ -152,10 +152,9 @@ async def main(args: argparse.Namespace) -> None:
     if args.profile:
         extra = {"nodes": (*extra["nodes"], "--profile", str(data / "nodes.prof")),
                  "control": ("--profile", str(data / "control.prof"))}
-    if args.single_node_filter:
-        extra["scheduler"] = ("--single-node-filter",)
     spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,
-                     pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra)
+                     pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra,
+                     single_node_filter=args.single_node_filter)
     stack = Stack(spec)
     t = time.monotonic()
     await stack.start()

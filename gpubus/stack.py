@@ -64,6 +64,8 @@ class StackSpec:
     ready_timeout_s: float = 60.0
     fresh: bool = False
     """Forget the event history and KV state of an earlier run (the embedded NATS store)."""
+    single_node_filter: bool = False
+    """HAMi mode: the extender's filter answers only the best node, so kube-scheduler skips /prioritize."""
     python: str = sys.executable
     extra_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra command-line flags per child (``control``, ``webhook``, ``scheduler``, ``nodes``)."""
@@ -225,8 +227,7 @@ class Stack:
             "API server": f"http://127.0.0.1:{p.apiserver}",
             "webhook": f"https://127.0.0.1:{p.webhook}/mutate  (/metrics)",
             "extender": f"http://127.0.0.1:{p.scheduler}  " + (
-                "(/filter /bind /metrics; HAMi single-node filter)"
-                if "--single-node-filter" in self.spec.extra_args.get("scheduler", ())
+                "(/filter /bind /metrics; HAMi single-node filter)" if self.spec.single_node_filter
                 else "(/filter /prioritize /bind /metrics)"),
             "monitor metrics": f"http://127.0.0.1:{p.monitor}/metrics",
             "logs": str(self.data_dir / "logs"),
@@ -329,7 +330,7 @@ class Stack:
             "scheduler", "--bind", "127.0.0.1", "--port", str(p.scheduler),
             "--kubeconfig", str(self.kubeconfig),
             "--nats", nats, "--scheduler-name", SCHEDULER_NAME, "--log-level", s.log_level,
-            *extra.get("scheduler", ())),
+            *(("--single-node-filter",) if s.single_node_filter else ()), *extra.get("scheduler", ())),
             logs / "scheduler.log", _http_probe(f"http://127.0.0.1:{p.scheduler}/readyz"))
         nodes = Child("nodes", self._gpubus(
             "sim-nodes", "--nodes", str(s.nodes), "--devices", s.devices, "--prefix", s.node_prefix,

@@ -64,8 +64,7 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     setup_logging("info")
     spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
                      port_base=port_base, split_count=split_count, pod_duration=pod_duration,
-                     log_level=log_level, fresh=fresh,
-                     extra_args={"scheduler": ("--single-node-filter",)} if single_node_filter else {})
+                     log_level=log_level, fresh=fresh, single_node_filter=single_node_filter)
     with contextlib.suppress(KeyboardInterrupt):
         code = asyncio.run(_up(spec))
         raise typer.Exit(code)

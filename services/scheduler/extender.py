@@ -179,7 +179,7 @@ class Extender:
             scores = [(n, 0) for n in args.node_names]
         else:
             held = self._binder.provisional_node(pod.uid)
-            scores = self._placement.scores_favouring(pod, args.node_names, self._clock(), held)
+            scores = self._placement.scores(pod, args.node_names, self._clock(), favour=held)
         self._metrics.decisions.labels("prioritize", "scored").inc()
         priorities: list[HostPriority] = [{"Host": n, "Score": s} for n, s in scores]
         return _json(priorities)

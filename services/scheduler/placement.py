@@ -181,24 +181,20 @@ class Placement:
             reason_counts=counts,
         )
 
-    def scores(self, pod: PodRequest, names: Sequence[str], now: float) -> list[tuple[str, int]]:
-        """0..10 per node: binpack prefers fuller nodes, spread emptier ones; unusable nodes score 0."""
-        return list(self._scored(pod, names, now))
-
-    def scores_favouring(
-        self, pod: PodRequest, names: Sequence[str], now: float, held: str | None
+    def scores(
+        self, pod: PodRequest, names: Sequence[str], now: float, favour: str | None = None
     ) -> list[tuple[str, int]]:
-        """:meth:`scores` with ``held`` (where filter left the pod's provisional slice) alone on top.
+        """0..10 per node: binpack prefers fuller nodes, spread emptier ones; unusable nodes score 0.
 
-        0..10 ties many nodes; kube-scheduler breaks ties at random, and a bind to another node
-        than the one holding the slice may find it full and go round again. Others keep their
-        order, capped one below the top.
+        ``favour`` (where filter left the pod's provisional slice) alone scores 10, the others at
+        most 9 in their order: 0..10 ties many nodes, kube-scheduler breaks ties at random, and a
+        bind to another node than the one holding the slice may find it full and go round again.
         """
         scored = self._scored(pod, names, now)
-        if held is None or held not in names:
+        if favour is None or favour not in names:
             return list(scored)
         top = MAX_EXTENDER_SCORE
-        return [(name, top if name == held else min(score, top - 1)) for name, score in scored]
+        return [(name, top if name == favour else min(score, top - 1)) for name, score in scored]
 
     def first_choice(self, pod: PodRequest, names: Sequence[str], now: float) -> str:
         """The node :meth:`scores` ranks highest (the first of equals); ``names`` must not be empty."""

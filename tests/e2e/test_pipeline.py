@@ -7,6 +7,8 @@ seen, and deletes its pods so the next test starts with free GPUs.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 import pytest_asyncio
 from asyncwait import wait_until
 from e2e_harness import E2E, gpu_pod, running_stack
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -108,14 +111,15 @@ async def _prioritize_calls(e2e: E2E) -> float:
     url = f"http://127.0.0.1:{e2e.stack.ports.scheduler}/metrics"
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         text = await response.text()
-    counts = [line.split()[-1] for line in text.splitlines()
-              if line.startswith("gpubus_scheduler_prioritize_seconds_count")]
+    counts = [sample.value for family in text_string_to_metric_families(text)
+              for sample in family.samples if sample.name == "gpubus_scheduler_prioritize_seconds_count"]
     assert counts, "the scheduler exports no prioritize histogram"
-    return float(counts[0])
+    return counts[0]
 
 
 async def test_hami_single_node_mode_runs_the_pipeline_without_prioritize(tmp_path: Path) -> None:
-    async with running_stack(tmp_path / "hami", scheduler=("--single-node-filter",)) as hami:
+    hami_mode = functools.partial(dataclasses.replace, single_node_filter=True)
+    async with running_stack(tmp_path / "hami", configure=hami_mode) as hami:
         names = [f"hami-{i}" for i in range(10)]
         await hami.create(*(gpu_pod(n, mem=3000, cores=15, duration="1s") for n in names))
         await hami.wait_phase(names, {"Succeeded"})

@@ -19,7 +19,7 @@ from asyncwait import wait_until
 from conftest import bus_settings
 from natsproc import NatsServerProcess
 
-from shared.bus import ANY, Bus, BusSettings, ConsumerOptions
+from shared.bus import ANY, Bus, BusSettings, ConsumerOptions, Entry
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
 from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
 
@@ -262,7 +262,7 @@ async def test_kv_create_over_a_watched_delete_marker_is_one_write(bus: Bus) -> 
         await kv.create("alloc.n1.1", b"c", over=markers[0][1])
     await kv.delete("alloc.n1.1", last=second)
     third = await kv.create("alloc.n1.1", b"d", over=markers[0][1])  # a stale marker: plain create
-    assert (await kv.get("alloc.n1.1")) == type(entry)(b"d", third)
+    assert (await kv.get("alloc.n1.1")) == Entry(b"d", third)
     await watch.stop()
     await sub.unsubscribe()
 

@@ -117,15 +117,15 @@ def test_scores_and_decide_use_the_same_fresh_picture() -> None:
     assert placement.scores(_pod(1000), [N1, "ghost"], 101.0)[1] == ("ghost", 0)
 
 
-def test_scores_favouring_lifts_only_the_held_node_and_keeps_the_rest_below_it() -> None:
+def test_a_favoured_node_alone_scores_top_and_the_rest_keep_their_order_below_it() -> None:
     ledger, placement = _setup()
     n2 = NodeName("node-2")
     ledger.set_inventory(n2, _inventory())
     ledger.apply(_entry("a", 9000), 1)  # node-1 nearly full: binpack ranks it first
     plain = placement.scores(_pod(500), [N1, n2, "ghost"], 101.0)
     assert plain[0][1] > plain[1][1]
-    assert placement.scores_favouring(_pod(500), [N1, n2, "ghost"], 101.0, None) == plain
-    assert placement.scores_favouring(_pod(500), [N1, n2], 101.0, "elsewhere") == plain[:2]
-    favoured = dict(placement.scores_favouring(_pod(500), [N1, n2, "ghost"], 101.0, n2))
+    assert placement.scores(_pod(500), [N1, n2, "ghost"], 101.0, favour=None) == plain
+    assert placement.scores(_pod(500), [N1, n2], 101.0, favour="elsewhere") == plain[:2]
+    favoured = dict(placement.scores(_pod(500), [N1, n2, "ghost"], 101.0, favour=n2))
     assert favoured[n2] == 10
     assert favoured[N1] == min(plain[0][1], 9) and favoured["ghost"] == 0

@@ -151,7 +151,8 @@ async def main(args: argparse.Namespace) -> None:
     extra: dict[str, tuple[str, ...]] = {"nodes": ("--heartbeat", "30", "--monitor-interval", "5")}
     if args.profile:
         extra = {"nodes": (*extra["nodes"], "--profile", str(data / "nodes.prof")),
-                 "control": ("--profile", str(data / "control.prof"))}
+                 "control": ("--profile", str(data / "control.prof")),
+                 "kube-scheduler": ("--profile", str(data / "kube-scheduler.prof"))}
     spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,
                      pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra,
                      single_node_filter=args.single_node_filter)
@@ -222,9 +223,10 @@ def report(args: argparse.Namespace, submitted: dict[str, float], observer: Obse
     if lat:
         p50, p99 = percentile(lat, 50) * 1000, percentile(lat, 99) * 1000
         print(f"submit->Running: p50 {p50:.0f} ms  p99 {p99:.0f} ms  max {max(lat) * 1000:.0f} ms")
-    sim = cpu.get("control", 0) + cpu.get("nodes", 0)
-    print(f"CPU seconds over {wall:.1f}s: simulator {sim:.1f} (control {cpu.get('control', 0):.1f}, "
-          f"nodes {cpu.get('nodes', 0):.1f}) = {sim / wall * 100:.0f}% of a core; "
+    sim = cpu.get("control", 0) + cpu.get("kube-scheduler", 0) + cpu.get("nodes", 0)
+    print(f"CPU seconds over {wall:.1f}s: simulator {sim:.1f} (API server {cpu.get('control', 0):.1f}, "
+          f"kube-scheduler {cpu.get('kube-scheduler', 0):.1f}, nodes {cpu.get('nodes', 0):.1f}) "
+          f"= {sim / wall * 100:.0f}% of a core; "
           f"scheduler {cpu.get('scheduler', 0):.1f}, webhook {cpu.get('webhook', 0):.1f}, "
           f"nats-server {cpu.get('nats', 0):.1f}, this client {cpu.get('bench', 0):.1f}")
     print("CPU ms per started pod: " + ", ".join(f"{n} {v / max(started, 1) * 1000:.1f}"

@@ -1,7 +1,7 @@
 """The ``gpubus up`` stack: an embedded NATS and the child processes of a whole simulated cluster.
 
-Owns the process tree: starts (in order) NATS, the sim control plane (API server stand-in +
-kube-scheduler stand-in), the webhook, the scheduler, and one process running every simulated
+Owns the process tree: starts (in order) NATS, the API server stand-in, then together the
+kube-scheduler stand-in, the webhook, the scheduler, and one process running every simulated
 node (node-agents, kubelet stand-ins, monitor); waits for each to be ready; reports where
 everything is; stops everything in reverse order; and notices a child that dies. The same code
 backs ``gpubus up`` and the end-to-end tests (which also use :meth:`Stack.restart`/:meth:`kill`).
@@ -68,7 +68,8 @@ class StackSpec:
     """HAMi mode: the extender's filter answers only the best node, so kube-scheduler skips /prioritize."""
     python: str = sys.executable
     extra_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Extra command-line flags per child (``control``, ``webhook``, ``scheduler``, ``nodes``)."""
+    """Extra command-line flags per child (``control``, ``kube-scheduler``, ``webhook``, ``scheduler``,
+    ``nodes``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,7 +236,7 @@ class Stack:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """NATS, the control plane, then the other children together; on failure stop what started."""
+        """NATS, the API server, then the other children together; on failure stop what started."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.ports = Ports.choose(self.spec.port_base)
         if self.spec.fresh:
@@ -317,10 +318,16 @@ class Stack:
         control = Child("control", self._gpubus(
             "sim-control", "--port", str(p.apiserver), "--kubeconfig", str(self.kubeconfig),
             "--webhook-url", f"https://127.0.0.1:{p.webhook}/mutate", "--webhook-ca", str(self.tls.ca_cert),
-            "--extender-url", f"http://127.0.0.1:{p.scheduler}", "--scheduler-name", SCHEDULER_NAME,
             "--ready-file", str(run / "control.ready"), "--log-level", s.log_level,
             *extra.get("control", ())),
             logs / "control.log", _file_probe(run / "control.ready"), run / "control.ready")
+        kube_scheduler = Child("kube-scheduler", self._gpubus(
+            "sim-kube-scheduler", "--kubeconfig", str(self.kubeconfig),
+            "--extender-url", f"http://127.0.0.1:{p.scheduler}", "--scheduler-name", SCHEDULER_NAME,
+            "--ready-file", str(run / "kube-scheduler.ready"), "--log-level", s.log_level,
+            *extra.get("kube-scheduler", ())),
+            logs / "kube-scheduler.log", _file_probe(run / "kube-scheduler.ready"),
+            run / "kube-scheduler.ready")
         webhook = Child("webhook", self._gpubus(
             "webhook", "--bind", "127.0.0.1", "--port", str(p.webhook), "--cert", str(self.tls.cert),
             "--key", str(self.tls.key), "--kubeconfig", str(self.kubeconfig), "--nats", nats,
@@ -339,4 +346,4 @@ class Stack:
             "--admissions-log", str(self.admissions_log), "--ready-file", str(run / "nodes.ready"),
             "--log-level", s.log_level, *extra.get("nodes", ())),
             logs / "nodes.log", _file_probe(run / "nodes.ready"), run / "nodes.ready")
-        return {c.name: c for c in (control, webhook, scheduler, nodes)}
+        return {c.name: c for c in (control, kube_scheduler, webhook, scheduler, nodes)}

@@ -1,6 +1,7 @@
 """``gpubus up``, ``gpubus submit``, ``gpubus get pods`` and the hidden process commands of the stack.
 
-``sim-control`` and ``sim-nodes`` are the children ``gpubus up`` starts (hidden from --help).
+``sim-control``, ``sim-kube-scheduler`` and ``sim-nodes`` are the children ``gpubus up`` starts (hidden
+from --help).
 Option parsing and printing only; the work is in :mod:`gpubus.stack`, :mod:`gpubus.stack_submit`.
 """
 
@@ -37,6 +38,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(get)
     app.command("snapshot")(snapshot)
     app.command("sim-control", hidden=True)(sim_control)
+    app.command("sim-kube-scheduler", hidden=True)(sim_kube_scheduler)
     app.command("sim-nodes", hidden=True)(sim_nodes)
 
 
@@ -190,11 +192,26 @@ def snapshot(
 
 # -- the stack's own processes -------------------------------------------------------------------
 
-def sim_control(  # noqa: PLR0917
+def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
     port: Annotated[int, Opt()],
     kubeconfig: Annotated[Path, Opt()],
     webhook_url: Annotated[str, Opt()],
     webhook_ca: Annotated[Path, Opt()],
+    ready_file: Annotated[Path | None, Opt()] = None,
+    log_level: Annotated[str, Opt()] = "info",
+    profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
+) -> None:
+    """The API server stand-in (started by `gpubus up`)."""
+    from gpubus.stack_control import ControlSpec, run_control
+
+    setup_logging(log_level)
+    spec = ControlSpec(port=port, kubeconfig=kubeconfig, webhook_url=webhook_url, webhook_ca=webhook_ca,
+                       ready_file=ready_file)
+    _run_uvloop(run_control(spec), profile)
+
+
+def sim_kube_scheduler(  # noqa: PLR0917 - typer maps parameters to the command line
+    kubeconfig: Annotated[Path, Opt()],
     extender_url: Annotated[str, Opt()],
     scheduler_name: Annotated[str, Opt()] = SCHEDULER_NAME,
     ready_file: Annotated[Path | None, Opt()] = None,
@@ -202,14 +219,13 @@ def sim_control(  # noqa: PLR0917
     log_level: Annotated[str, Opt()] = "info",
     profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
 ) -> None:
-    """The API server and kube-scheduler stand-ins (started by `gpubus up`)."""
-    from gpubus.stack_control import ControlSpec, run_control
+    """The kube-scheduler stand-in (started by `gpubus up`)."""
+    from gpubus.stack_control import KubeSchedulerSpec, run_kube_scheduler
 
     setup_logging(log_level)
-    spec = ControlSpec(port=port, kubeconfig=kubeconfig, webhook_url=webhook_url, webhook_ca=webhook_ca,
-                       extender_url=extender_url, scheduler_name=scheduler_name, ready_file=ready_file,
-                       bind_concurrency=bind_concurrency)
-    _run_uvloop(run_control(spec), profile)
+    spec = KubeSchedulerSpec(kubeconfig=kubeconfig, extender_url=extender_url, scheduler_name=scheduler_name,
+                             ready_file=ready_file, bind_concurrency=bind_concurrency)
+    _run_uvloop(run_kube_scheduler(spec), profile)
 
 
 def sim_nodes(  # noqa: PLR0917

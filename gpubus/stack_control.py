@@ -1,8 +1,12 @@
-"""The control-plane process of ``gpubus up``: the API server stand-in and the kube-scheduler stand-in.
+"""The control-plane processes of ``gpubus up``: the API server stand-in and the kube-scheduler stand-in.
 
-The API server calls the webhook over HTTPS (trusting the stack's CA) on every pod CREATE; the
-kube-scheduler stand-in schedules pods named for gpubus through the extender's HTTP API. Writes
-the kubeconfig, then the ready file. Composition only: both parts live in ``services/sim``.
+Two processes, as on a real control plane. The API server calls the webhook over HTTPS (trusting
+the stack's CA) on every pod CREATE and writes the kubeconfig; the kube-scheduler stand-in
+list-watches the API server through that kubeconfig and schedules pods named for gpubus through
+the extender's HTTP API. Apart, the scheduler's serial cycle (filter, prioritize: two round trips
+to the extender) no longer waits behind the API server's own work in one event loop: that wait
+was most of the cycle, and the cycle is what bounds pods/s (``bench/e2e.py``). Each writes its
+ready file when it serves. Composition only: both parts live in ``services/sim``.
 """
 
 from __future__ import annotations
@@ -27,10 +31,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControlSpec:
+    """The API server stand-in."""
+
     port: int
     kubeconfig: Path
     webhook_url: str
     webhook_ca: Path
+    ready_file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeSchedulerSpec:
+    """The kube-scheduler stand-in."""
+
+    kubeconfig: Path
     extender_url: str
     scheduler_name: str
     ready_file: Path | None = None
@@ -55,34 +69,46 @@ def stop_on_signals(stop: asyncio.Event) -> None:
 
 
 async def run_control(spec: ControlSpec) -> None:
-    """Serve until SIGTERM/SIGINT or until the scheduler stand-in dies."""
+    """Serve the API server until SIGTERM/SIGINT."""
     stop = asyncio.Event()
     stop_on_signals(stop)
     webhook = WebhookConfig(name="vgpu.hami.io", url=spec.webhook_url, ca_bundle=spec.webhook_ca.read_bytes(),
                             failure_policy="Fail", timeout_s=10.0)
     api = SimApiServer(host="127.0.0.1", port=spec.port, webhooks=[webhook])
     await api.start()
-    api.write_kubeconfig(spec.kubeconfig)
+    try:
+        api.write_kubeconfig(spec.kubeconfig)
+        write_ready(spec.ready_file, apiserver=api.url, kubeconfig=str(spec.kubeconfig))
+        log.info("API server up: %s (kubeconfig %s)", api.url, spec.kubeconfig)
+        await stop.wait()
+    finally:
+        await api.stop()
+
+
+async def run_kube_scheduler(spec: KubeSchedulerSpec) -> None:
+    """Schedule until SIGTERM/SIGINT; exit 1 if the scheduler dies (its informers cannot recover)."""
+    stop = asyncio.Event()
+    stop_on_signals(stop)
     kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
-    extender = ExtenderConfig(url_prefix=spec.extender_url, http_timeout_s=30.0,
-                              node_cache_capable=True)
+    extender = ExtenderConfig(url_prefix=spec.extender_url, http_timeout_s=30.0, node_cache_capable=True)
     scheduler = SimScheduler(kube, [extender], SchedulerSettings(scheduler_name=spec.scheduler_name,
                                                                  bind_concurrency=spec.bind_concurrency))
     running = asyncio.create_task(scheduler.run(), name="sim-scheduler")
-    write_ready(spec.ready_file, apiserver=api.url, kubeconfig=str(spec.kubeconfig))
-    log.info("control plane up: API server %s, scheduling %s pods via %s", api.url, spec.scheduler_name,
-             spec.extender_url)
-    stopping = asyncio.create_task(stop.wait(), name="control-stop")
+    stopping = asyncio.create_task(stop.wait(), name="kube-scheduler-stop")
+    synced = asyncio.create_task(scheduler.synced.wait(), name="kube-scheduler-synced")
     try:
-        await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([running, stopping, synced], return_when=asyncio.FIRST_COMPLETED)
+        if synced.done() and not (running.done() or stopping.done()):
+            write_ready(spec.ready_file, scheduler_name=spec.scheduler_name, extender=spec.extender_url)
+            log.info("kube-scheduler up: scheduling %s pods via %s", spec.scheduler_name, spec.extender_url)
+            await asyncio.wait([running, stopping], return_when=asyncio.FIRST_COMPLETED)
         if running.done() and not running.cancelled():
             log.error("kube-scheduler stand-in died: %r", running.exception())
             raise SystemExit(1)
     finally:
-        for task in (running, stopping):
+        for task in (running, stopping, synced):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await scheduler.stop()
         await kube.close()
-        await api.stop()

@@ -1,14 +1,15 @@
 """The kube-scheduler stand-in: schedules pods of one ``schedulerName`` through the extender's HTTP API.
 
 What it keeps of kube-scheduler: informers (list+watch of pods and nodes), a scheduling queue with
-per-pod backoff (1 s doubling to 10 s) that is flushed to active when a pod is deleted or
-finishes or a node is added/changed; ONE scheduling cycle at a time (in-tree filters, extender
-``/filter``, extender ``/prioritize`` weighted x10, highest total wins, ties at random); binding
-cycles run concurrently (extender ``/bind`` when it has a bindVerb, else ``pods/binding``);
-"assumed" pods are not rescheduled while the watch has not yet shown them bound; unschedulable pods
-get ``PodScheduled=False`` (reason ``Unschedulable`` with kube-scheduler's "0/N nodes are available:
-..." message, or ``SchedulerError``) on their status. No preemption; resource fit only for the
-extended resources in ``SchedulerSettings.fit_resources`` (see there why ``nvidia.com/gpu`` is one).
+per-pod backoff (1 s doubling to 10 s) where an unschedulable pod waits for a cluster event (a pod
+deleted or finished, a node added or changed) and its backoff, or 5 minutes without one; ONE
+scheduling cycle at a time (in-tree filters, extender ``/filter``, extender ``/prioritize`` weighted
+x10, highest total wins, ties at random); binding cycles run concurrently (extender ``/bind`` when
+it has a bindVerb, else ``pods/binding``); "assumed" pods are not rescheduled while the watch has
+not yet shown them bound; unschedulable pods get ``PodScheduled=False`` (reason ``Unschedulable``
+with kube-scheduler's "0/N nodes are available: ..." message, or ``SchedulerError``) on their
+status. No preemption; resource fit only for the extended resources in
+``SchedulerSettings.fit_resources`` (see there why ``nvidia.com/gpu`` is one).
 
 It knows the API server only through ``KubeApi`` (+ ``patch_pod_status``) and the extender only
 through its HTTP endpoints; it imports nothing from the services.
@@ -151,6 +152,7 @@ class SimScheduler:
             await nodes_synced.wait()
             self.synced.set()
             group.create_task(self._schedule_loop(), name="sim-scheduler-loop")
+            group.create_task(self._flush_leftover_loop(), name="sim-scheduler-leftover")
 
     # informers ------------------------------------------------------------------------
 
@@ -248,9 +250,17 @@ class SimScheduler:
             used[name] -= amount
 
     def _flush(self, why: str) -> None:
-        moved = self.queue.move_all_to_active()
+        moved = self.queue.move_all_to_active_or_backoff()
         if moved:
-            log.debug("%s: %d unschedulable pod(s) back to the active queue", why, moved)
+            log.debug("%s: %d unschedulable pod(s) back to the active or backoff queue", why, moved)
+
+    async def _flush_leftover_loop(self) -> None:
+        """kube-scheduler's flushUnschedulablePodsLeftover: a periodic task, not a wait for an outcome."""
+        while True:
+            await asyncio.sleep(self.settings.backoff.leftover_check_s)
+            moved = self.queue.flush_leftover()
+            if moved:
+                log.debug("%d pod(s) unschedulable too long without an event: retried", moved)
 
     # the scheduling cycle ------------------------------------------------------------------
 
@@ -365,7 +375,7 @@ class SimScheduler:
             self.stats.unschedulable += 1
         else:
             self.stats.errors += 1
-        delay = self.queue.failed(uid)
+        delay = self.queue.failed(uid, unschedulable=reason == "Unschedulable")
         log.info("pod %s/%s: %s: %s (retry in %.1fs)", namespace, name, reason, message, delay)
         self._report(Outcome(uid=uid, namespace=namespace, name=name, node=None, reason=reason,
                              message=message))

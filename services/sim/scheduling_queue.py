@@ -1,10 +1,14 @@
 """kube-scheduler's scheduling queue, reduced to what the stand-in needs (no I/O, no HTTP).
 
-Three places a pending pod can be, as in ``pkg/scheduler/internal/queue``: ``active`` (FIFO, ready
-to be scheduled), ``backoff`` (failed; waiting ``initial * 2**(attempts-1)`` capped at ``max``
-before going back to active) and ``in_flight`` (being scheduled or bound; not queued again until
-it finishes). ``move_all_to_active`` is the cluster-event flush: when a pod is deleted or
-finishes, or a node appears or changes, every backing-off pod is retried at once.
+The places a pending pod can be, as in ``pkg/scheduler/internal/queue``: ``active`` (FIFO, ready
+to be scheduled), ``backoff`` (waiting until ``initial * 2**(attempts-1)``, capped at ``max``,
+has passed since its last attempt, then active), ``unschedulable`` (found no node: waits for a
+cluster event) and ``in_flight`` (being scheduled or bound; not queued again until it finishes).
+A pod that failed with an error backs off and is retried. A pod that was unschedulable is retried
+only after a cluster event (a pod deleted or finished, a node added or changed:
+``move_all_to_active_or_backoff``), to active if its backoff has passed, else to backoff; or, with
+no event, after ``max_in_unschedulable_s`` (``flush_leftover``). So a busy cluster's events do not
+retry every unschedulable pod at each event, each at most once per backoff, as kube-scheduler.
 
 Keys are pod UIDs; the queue holds no pod objects, so the caller always schedules the latest
 version it has seen.
@@ -23,31 +27,37 @@ class BackoffPolicy:
     """Delay after the first failed attempt (kube-scheduler's podInitialBackoffSeconds)."""
     max_s: float = 10.0
     """Cap of the doubling delay (podMaxBackoffSeconds)."""
+    max_in_unschedulable_s: float = 300.0
+    """An unschedulable pod no event retried is retried after this (podMaxInUnschedulablePodsDuration)."""
+    leftover_check_s: float = 30.0
+    """How often :meth:`SchedulingQueue.flush_leftover` should run (kube-scheduler: every 30 s)."""
 
     def delay(self, attempts: int) -> float:
         return float(min(self.initial_s * 2 ** max(attempts - 1, 0), self.max_s))
 
 
 class SchedulingQueue:
-    """Active FIFO + backoff timers + in-flight set, with an awaitable ``pop``."""
+    """Active FIFO + backoff timers + unschedulable pods + in-flight set, with an awaitable ``pop``."""
 
     def __init__(self, policy: BackoffPolicy | None = None) -> None:
         self.policy = policy or BackoffPolicy()
         self._active: deque[str] = deque()
         self._queued: set[str] = set()
         self._backoff: dict[str, asyncio.TimerHandle] = {}
+        self._unschedulable: dict[str, tuple[float, float]] = {}
+        """key -> (loop time its backoff ends, loop time it became unschedulable)."""
         self._in_flight: set[str] = set()
         self._attempts: dict[str, int] = {}
         self._ready = asyncio.Event()
 
     def __len__(self) -> int:
-        return len(self._queued) + len(self._backoff)
+        return len(self._queued) + len(self._backoff) + len(self._unschedulable)
 
     def add(self, key: str) -> None:
-        """A pod that needs scheduling; ignored if already queued, backing off or in flight."""
-        if key in self._queued or key in self._backoff or key in self._in_flight:
-            return
-        self._push(key)
+        """A pod that needs scheduling; ignored if queued, backing off, unschedulable or in flight
+        (an update of a pod that waits, such as its own PodScheduled condition, is not an event)."""
+        if self.where(key) is None:
+            self._push(key)
 
     def _push(self, key: str) -> None:
         self._queued.add(key)
@@ -68,16 +78,23 @@ class SchedulingQueue:
         """Scheduled and bound: forget it entirely."""
         self.forget(key)
 
-    def failed(self, key: str) -> float:
-        """Unschedulable or failed to bind: back off, then retry. Returns the delay."""
+    def failed(self, key: str, *, unschedulable: bool = False) -> float:
+        """An error (back off, then retry) or no node found (``unschedulable``: wait for a cluster
+        event, at the earliest when the backoff ends). Returns the backoff delay."""
         self._in_flight.discard(key)
         attempts = self._attempts.get(key, 0) + 1
         self._attempts[key] = attempts
         delay = self.policy.delay(attempts)
         self._cancel_backoff(key)
-        loop = asyncio.get_running_loop()
-        self._backoff[key] = loop.call_later(delay, self._backoff_expired, key)
+        now = asyncio.get_running_loop().time()
+        if unschedulable:
+            self._unschedulable[key] = (now + delay, now)
+        else:
+            self._back_off(key, delay)
         return delay
+
+    def _back_off(self, key: str, delay: float) -> None:
+        self._backoff[key] = asyncio.get_running_loop().call_later(delay, self._backoff_expired, key)
 
     def _backoff_expired(self, key: str) -> None:
         if self._backoff.pop(key, None) is not None:
@@ -87,6 +104,7 @@ class SchedulingQueue:
         """The pod is gone, bound elsewhere, or done: drop it from every place."""
         self._in_flight.discard(key)
         self._cancel_backoff(key)
+        self._unschedulable.pop(key, None)
         self._attempts.pop(key, None)
         if key in self._queued:
             self._queued.discard(key)
@@ -101,13 +119,32 @@ class SchedulingQueue:
         if timer is not None:
             timer.cancel()
 
-    def move_all_to_active(self) -> int:
-        """Cluster event: retry every backing-off pod now. Returns how many moved."""
-        keys = list(self._backoff)
+    def move_all_to_active_or_backoff(self) -> int:
+        """Cluster event: every unschedulable pod to active, or to backoff until its backoff ends.
+        Returns how many moved."""
+        return self._move([*self._unschedulable])
+
+    def flush_leftover(self) -> int:
+        """Unschedulable pods no event retried for ``max_in_unschedulable_s``: moved as by an event."""
+        now = asyncio.get_running_loop().time()
+        return self._move([key for key, (_, since) in self._unschedulable.items()
+                           if now - since >= self.policy.max_in_unschedulable_s])
+
+    def _move(self, keys: list[str]) -> int:
+        now = asyncio.get_running_loop().time()
         for key in keys:
-            self._cancel_backoff(key)
-            self._push(key)
+            backoff_ends, _ = self._unschedulable.pop(key)
+            if backoff_ends <= now:
+                self._push(key)
+            else:
+                self._back_off(key, backoff_ends - now)
         return len(keys)
+
+    def where(self, key: str) -> str | None:
+        """``active``, ``backoff``, ``unschedulable``, ``in_flight`` or None (not queued)."""
+        places = (("active", self._queued), ("backoff", self._backoff),
+                  ("unschedulable", self._unschedulable), ("in_flight", self._in_flight))
+        return next((name for name, place in places if key in place), None)
 
     def attempts(self, key: str) -> int:
         return self._attempts.get(key, 0)
@@ -116,3 +153,4 @@ class SchedulingQueue:
         for timer in self._backoff.values():
             timer.cancel()
         self._backoff.clear()
+        self._unschedulable.clear()

@@ -5,12 +5,13 @@ The extender here is a faithful peer of the real one: it keeps free GPU slots pe
 scores free slots in ``/prioritize``, and on ``/bind`` POSTs the Binding itself.
 
 Case matrix: PascalCase requests in both node forms; highest score wins; only our schedulerName;
-unschedulable -> PodScheduled=False with the aggregated message, retried at once when a pod is
-deleted (backoff far away) and by backoff alone; filter Error -> SchedulerError; bind Error ->
-retried; many pods bound concurrently without exceeding capacity; no bindVerb -> pods/binding;
-pods outside managedResources skip the extender; in-tree filters (unschedulable, nodeSelector, taint);
-nvidia.com/gpu fit (allocatable 0 skipped, bound pods count until they finish, a node regaining
-allocatable retries at once, ``fit_resources=()`` leaves it to the extender as HAMi's config does).
+unschedulable -> PodScheduled=False with the aggregated message, retried when a pod is deleted
+(never by its backoff alone) or after the leftover time with no event; filter Error ->
+SchedulerError; bind Error -> retried; many pods bound concurrently without exceeding capacity; no
+bindVerb -> pods/binding; pods outside managedResources skip the extender; in-tree filters
+(unschedulable, nodeSelector, taint); nvidia.com/gpu fit (allocatable 0 skipped, bound pods count
+until they finish, a node regaining allocatable retries at once, ``fit_resources=()`` leaves it to
+the extender as HAMi's config does).
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ class Cluster:
 
     async def start(self, config: ExtenderConfig | None = None, **settings: Any) -> SimScheduler:
         config = config or ExtenderConfig(url_prefix=self.extender.url + "/scheduler/")
-        settings.setdefault("backoff", BackoffPolicy(initial_s=60, max_s=60))
+        # A short backoff: an unschedulable pod then waits only for an event (the 5-minute leftover
+        # flush is far away), which is what the tests of retries look at.
+        settings.setdefault("backoff", BackoffPolicy(initial_s=0.01, max_s=0.01))
         self.scheduler = SimScheduler(self.kube, [config], SchedulerSettings(**settings),
                                       on_outcome=self.outcomes.append)
         self.scheduler.start()
@@ -210,10 +213,10 @@ async def test_pods_of_other_schedulers_are_left_alone(cluster: Cluster) -> None
 async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_deleted(cluster: Cluster) -> None:
     cluster.extender.free = {"n1": 1, "n2": 0}
     await cluster.add_nodes(node("n1"), node("n2"))
-    await cluster.start()  # backoff 60 s: only the cluster event can retry within the test
+    scheduler = await cluster.start()  # no leftover flush within the test: only the event can retry
     await cluster.kube.create_pod("default", gpu_pod("first"))
     await cluster.wait_bound("first")
-    await cluster.kube.create_pod("default", gpu_pod("second"))
+    second_uid = (await cluster.kube.create_pod("default", gpu_pod("second")))["metadata"]["uid"]
 
     async def condition() -> dict[str, Any]:
         pod = await cluster.kube.get_pod("default", "second")
@@ -227,15 +230,18 @@ async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_dele
     await wait_until(marked_unschedulable, what="PodScheduled=False")
     assert (await condition())["reason"] == "Unschedulable"
     assert (await condition())["message"] == "0/2 nodes are available: 2 insufficient GPU."
+    await asyncio.sleep(0.1)  # ten backoffs long: the pod must not be retried by backoff alone
+    assert scheduler.stats.unschedulable == 1 and scheduler.queue.where(second_uid) == "unschedulable"
     cluster.extender.free["n1"] += 1  # what the real extender does when it sees the deletion
     await cluster.kube.delete_pod("default", "first")
     assert (await cluster.wait_bound("second")) == {"second": "n1"}
 
 
-async def test_unschedulable_pod_is_retried_by_backoff_alone(cluster: Cluster) -> None:
+async def test_unschedulable_pod_without_events_is_retried_after_the_leftover_time(cluster: Cluster) -> None:
     cluster.extender.free = {"n1": 0}
     await cluster.add_nodes(node("n1"))
-    scheduler = await cluster.start(backoff=BackoffPolicy(initial_s=0.05, max_s=0.2))
+    scheduler = await cluster.start(backoff=BackoffPolicy(initial_s=0.01, max_s=0.01,
+                                                          max_in_unschedulable_s=0.05, leftover_check_s=0.02))
     await cluster.kube.create_pod("default", gpu_pod("a"))
     await wait_until(lambda: scheduler.stats.unschedulable >= 2, what="two failed attempts")
     cluster.extender.free["n1"] = 1

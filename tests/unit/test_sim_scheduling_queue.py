@@ -1,4 +1,6 @@
-"""The kube-scheduler stand-in's queue: FIFO, dedup, in-flight, doubling backoff, flush on events."""
+"""The kube-scheduler stand-in's queue: FIFO, dedup, in-flight, doubling backoff, unschedulable pods
+retried by a cluster event once their backoff has passed (during it: to backoff), or after the
+leftover time with no event; an error retried by backoff alone."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ async def test_in_flight_pod_is_not_queued_again() -> None:
     assert len(queue) == 1
 
 
-async def test_failed_pod_returns_after_its_backoff() -> None:
+async def test_pod_that_failed_with_an_error_returns_after_its_backoff() -> None:
     queue = SchedulingQueue(BackoffPolicy(initial_s=0.01, max_s=0.01))
     queue.add("a")
     await queue.pop()
@@ -43,15 +45,41 @@ async def test_failed_pod_returns_after_its_backoff() -> None:
     assert queue.attempts("a") == 1
 
 
-async def test_cluster_event_moves_backing_off_pods_to_active_at_once() -> None:
-    queue = SchedulingQueue(BackoffPolicy(initial_s=3600, max_s=3600))
-    for key in ("a", "b"):
+async def failed_unschedulable(queue: SchedulingQueue, *keys: str) -> None:
+    for key in keys:
         queue.add(key)
-        await queue.pop()
-        queue.failed(key)
-    assert queue.move_all_to_active() == 2
-    assert [await queue.pop(), await queue.pop()] == ["a", "b"]
-    queue.close()
+        assert await queue.pop() == key
+        queue.failed(key, unschedulable=True)
+
+
+async def test_unschedulable_pod_waits_for_an_event_not_its_backoff() -> None:
+    queue = SchedulingQueue(BackoffPolicy(initial_s=0.0, max_s=0.0))
+    await failed_unschedulable(queue, "a")
+    await asyncio.sleep(0.05)  # let time pass: a backoff timer (there is none) would have fired
+    assert queue.where("a") == "unschedulable"
+    queue.add("a")  # an update of the waiting pod itself is no event
+    assert queue.where("a") == "unschedulable"
+    assert queue.move_all_to_active_or_backoff() == 1
+    assert await asyncio.wait_for(queue.pop(), 5) == "a"
+
+
+async def test_events_during_its_backoff_retry_an_unschedulable_pod_once_when_it_ends() -> None:
+    queue = SchedulingQueue(BackoffPolicy(initial_s=0.2, max_s=0.2))
+    await failed_unschedulable(queue, "a", "b")
+    for _ in range(50):  # a busy cluster: an event after every pod that finished
+        queue.move_all_to_active_or_backoff()
+    assert queue.where("a") == queue.where("b") == "backoff"
+    assert [await asyncio.wait_for(queue.pop(), 5) for _ in range(2)] == ["a", "b"]
+    assert queue.where("a") == queue.where("b") == "in_flight" and len(queue) == 0
+
+
+async def test_unschedulable_pod_without_events_is_retried_after_the_leftover_time() -> None:
+    queue = SchedulingQueue(BackoffPolicy(initial_s=0.0, max_s=0.0, max_in_unschedulable_s=0.05))
+    await failed_unschedulable(queue, "a")
+    assert queue.flush_leftover() == 0 and queue.where("a") == "unschedulable"  # not long enough yet
+    await asyncio.sleep(0.06)  # the leftover age is the behaviour under test
+    assert queue.flush_leftover() == 1
+    assert await asyncio.wait_for(queue.pop(), 5) == "a"
 
 
 async def test_forget_drops_a_pod_from_every_place() -> None:
@@ -62,4 +90,8 @@ async def test_forget_drops_a_pod_from_every_place() -> None:
     assert await queue.pop() == "backing-off"
     queue.failed("backing-off")
     queue.forget("backing-off")
-    assert queue.move_all_to_active() == 0 and len(queue) == 0
+    queue.add("unschedulable")
+    assert await queue.pop() == "unschedulable"
+    queue.failed("unschedulable", unschedulable=True)
+    queue.forget("unschedulable")
+    assert queue.move_all_to_active_or_backoff() == 0 and len(queue) == 0

@@ -212,6 +212,17 @@ async def extender_answers(stack: Stack) -> str:
     return ", ".join(sorted(counts)) or "none"
 
 
+def steady_rate(starts: list[float]) -> str:
+    """Pods/s between the 10th and the 90th percentile start: without the ramp-up and the tail (pods
+    that waited for a backoff or a free whole GPU), which weigh on the sustained figure of a short run."""
+    if len(starts) < 20:
+        return ""
+    starts = sorted(starts)
+    lo, hi = len(starts) // 10, len(starts) * 9 // 10
+    span = starts[hi] - starts[lo]
+    return f"; steady {(hi - lo) / span:.0f} pods/s (10th -> 90th percentile start)" if span > 0 else ""
+
+
 def report(args: argparse.Namespace, submitted: dict[str, float], observer: Observer,  # noqa: PLR0917
            errors: list[str], offered_s: float, wall: float, cpu: dict[str, float]) -> None:
     lat = [observer.started[n] - t for n, t in submitted.items() if n in observer.started]
@@ -219,7 +230,8 @@ def report(args: argparse.Namespace, submitted: dict[str, float], observer: Obse
     print(f"pods: {args.pods} offered at {args.rate:.0f}/s over {offered_s:.1f}s; started {started}, "
           f"failed {len(observer.failed)}, create errors {len(errors)}, never started "
           f"{args.pods - started - len(observer.failed) - len(errors)}")
-    print(f"throughput: {started / wall:.0f} pods/s sustained (first submit -> last Running {wall:.1f}s)")
+    print(f"throughput: {started / wall:.0f} pods/s sustained (first submit -> last Running {wall:.1f}s)"
+          + steady_rate([observer.started[n] for n in submitted if n in observer.started]))
     if lat:
         p50, p99 = percentile(lat, 50) * 1000, percentile(lat, 99) * 1000
         print(f"submit->Running: p50 {p50:.0f} ms  p99 {p99:.0f} ms  max {max(lat) * 1000:.0f} ms")

@@ -56,7 +56,8 @@ class SchedulingQueue:
     def add(self, key: str) -> None:
         """A pod that needs scheduling; ignored if queued, backing off, unschedulable or in flight
         (an update of a pod that waits, such as its own PodScheduled condition, is not an event)."""
-        if self.where(key) is None:
+        if not (key in self._queued or key in self._backoff or key in self._unschedulable
+                or key in self._in_flight):  # where() is None, without its tuple on every pod event
             self._push(key)
 
     def _push(self, key: str) -> None:

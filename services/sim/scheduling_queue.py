@@ -7,8 +7,9 @@ cluster event) and ``in_flight`` (being scheduled or bound; not queued again unt
 A pod that failed with an error backs off and is retried. A pod that was unschedulable is retried
 only after a cluster event (a pod deleted or finished, a node added or changed:
 ``move_all_to_active_or_backoff``), to active if its backoff has passed, else to backoff; or, with
-no event, after ``max_in_unschedulable_s`` (``flush_leftover``). So a busy cluster's events do not
-retry every unschedulable pod at each event, each at most once per backoff, as kube-scheduler.
+no event, after ``max_in_unschedulable_s`` (``flush_leftover``). So in a busy cluster, where some
+pod finishes every few milliseconds, each unschedulable pod is retried at most once per backoff,
+as in kube-scheduler, not at every event.
 
 Keys are pod UIDs; the queue holds no pod objects, so the caller always schedules the latest
 version it has seen.

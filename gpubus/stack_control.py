@@ -48,7 +48,8 @@ class KubeSchedulerSpec:
     extender_url: str
     scheduler_name: str
     ready_file: Path | None = None
-    bind_concurrency: int = 64
+    bind_concurrency: int = 0
+    """0 = no limit, as kube-scheduler."""
 
 
 def write_ready(path: Path | None, **facts: object) -> None:

@@ -102,7 +102,10 @@ def _node_names(node_list: Any) -> list[str]:
 class ExtenderClient:
     """Calls one extender; ``close()`` releases the connection pool."""
 
-    def __init__(self, config: ExtenderConfig, *, connections: int = 32) -> None:
+    def __init__(self, config: ExtenderConfig, *, connections: int = 0) -> None:
+        """``connections``: at most this many at once; 0 = no limit, as Go's HTTP transport that
+        kube-scheduler's extender client uses (a limit would make the scheduling cycle's /filter
+        wait behind binds that wait for their Allocate leases)."""
         self.config = config
         self._prefix = config.url_prefix.rstrip("/")
         self._session = aiohttp.ClientSession(

@@ -56,8 +56,10 @@ class SchedulerSettings:
     scheduler_name: str = "gpubus-scheduler"
     """Pods whose ``spec.schedulerName`` is this are ours (the webhook sets it)."""
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-    bind_concurrency: int = 16
-    """Binding cycles in flight at once (kube-scheduler binds asynchronously)."""
+    bind_concurrency: int = 0
+    """Binding cycles in flight at most; 0 = no limit, as kube-scheduler (a goroutine per binding
+    cycle). A limit makes filtered pods wait for a bind while their extender holds a slice for them:
+    at 64, in an overloaded run, hundreds of such slices filled the cluster for whole-GPU pods."""
     fit_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     """Extended resources checked as NodeResourcesFit does: the node's allocatable minus what its
     bound (and assumed) non-terminal pods request. HAMi's scheduler config marks ``nvidia.com/gpu``
@@ -115,7 +117,9 @@ class SimScheduler:
         self._nodes: dict[str, Node] = {}
         self._assumed: set[str] = set()
         self._finished: set[str] = set()
-        self._binds = asyncio.Semaphore(self.settings.bind_concurrency)
+        self._binds: asyncio.Semaphore | contextlib.nullcontext[None] = (
+            asyncio.Semaphore(self.settings.bind_concurrency) if self.settings.bind_concurrency > 0
+            else contextlib.nullcontext())
         self._fit_names = frozenset(self.settings.fit_resources)
         self._plain: set[str] = set()
         self._allocatable: dict[str, Amounts] = {}

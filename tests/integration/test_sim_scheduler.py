@@ -7,11 +7,11 @@ scores free slots in ``/prioritize``, and on ``/bind`` POSTs the Binding itself.
 Case matrix: PascalCase requests in both node forms; highest score wins; only our schedulerName;
 unschedulable -> PodScheduled=False with the aggregated message, retried when a pod is deleted
 (never by its backoff alone) or after the leftover time with no event; filter Error ->
-SchedulerError; bind Error -> retried; many pods bound concurrently without exceeding capacity; no
-bindVerb -> pods/binding; pods outside managedResources skip the extender; in-tree filters
-(unschedulable, nodeSelector, taint); nvidia.com/gpu fit (allocatable 0 skipped, bound pods count
-until they finish, a node regaining allocatable retries at once, ``fit_resources=()`` leaves it to
-the extender as HAMi's config does).
+SchedulerError; bind Error -> retried; many pods bound concurrently without exceeding capacity; 80
+binds parked at the extender while every pod is still filtered; no bindVerb -> pods/binding; pods
+outside managedResources skip the extender; in-tree filters (unschedulable, nodeSelector, taint);
+nvidia.com/gpu fit (allocatable 0 skipped, bound pods count until they finish, a node regaining
+allocatable retries at once, ``fit_resources=()`` leaves it to the extender as HAMi's config does).
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class Extender:
         default_factory=lambda: {"filter": [], "prioritize": [], "bind": []})
     filter_error: str = ""
     bind_errors: int = 0
+    bind_gate: asyncio.Event | None = None
+    """When set, /bind waits for it (a bind waiting for its Allocate leases, as the real one can)."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -82,6 +84,8 @@ class Extender:
     async def bind(self, request: web.Request) -> web.Response:
         args = await request.json()
         self.requests["bind"].append(args)
+        if self.bind_gate is not None:
+            await self.bind_gate.wait()
         if self.bind_errors:
             self.bind_errors -= 1
             return web.json_response({"Error": "node lock held"})
@@ -279,6 +283,19 @@ async def test_many_pods_bind_concurrently_within_capacity(cluster: Cluster) -> 
     placed = await cluster.wait_bound(*names)
     per_node = {n: list(placed.values()).count(n) for n in cluster.extender.free}
     assert all(count == 8 for count in per_node.values()), per_node
+
+
+async def test_binds_waiting_at_the_extender_never_hold_up_the_next_cycles(cluster: Cluster) -> None:
+    cluster.extender.free = {f"n{i}": 16 for i in range(5)}
+    cluster.extender.bind_gate = asyncio.Event()
+    await cluster.add_nodes(*(node(f"n{i}", gpus=16) for i in range(5)))
+    await cluster.start()
+    names = [f"p{i}" for i in range(80)]  # more than any connection pool or bind limit it once had
+    await asyncio.gather(*(cluster.kube.create_pod("default", gpu_pod(n)) for n in names))
+    await wait_until(lambda: len(cluster.extender.requests["bind"]) == len(names), what="all binds in flight")
+    assert len(cluster.extender.requests["filter"]) == len(names)
+    cluster.extender.bind_gate.set()
+    assert len(await cluster.wait_bound(*names)) == len(names)
 
 
 async def test_without_bind_verb_the_scheduler_posts_the_binding(cluster: Cluster) -> None:

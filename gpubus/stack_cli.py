@@ -215,7 +215,6 @@ def sim_kube_scheduler(  # noqa: PLR0917 - typer maps parameters to the command 
     extender_url: Annotated[str, Opt()],
     scheduler_name: Annotated[str, Opt()] = SCHEDULER_NAME,
     ready_file: Annotated[Path | None, Opt()] = None,
-    bind_concurrency: Annotated[int, Opt(help="Binding cycles in flight at most (0 = no limit).")] = 0,
     log_level: Annotated[str, Opt()] = "info",
     profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
 ) -> None:
@@ -224,7 +223,7 @@ def sim_kube_scheduler(  # noqa: PLR0917 - typer maps parameters to the command 
 
     setup_logging(log_level)
     spec = KubeSchedulerSpec(kubeconfig=kubeconfig, extender_url=extender_url, scheduler_name=scheduler_name,
-                             ready_file=ready_file, bind_concurrency=bind_concurrency)
+                             ready_file=ready_file)
     _run_uvloop(run_kube_scheduler(spec), profile)
 
 

@@ -5,7 +5,7 @@ the stack's CA) on every pod CREATE and writes the kubeconfig; the kube-schedule
 list-watches the API server through that kubeconfig and schedules pods named for gpubus through
 the extender's HTTP API. Apart, the scheduler's serial cycle (filter, prioritize: two round trips
 to the extender) no longer waits behind the API server's own work in one event loop: that wait
-was most of the cycle, and the cycle is what bounds pods/s (``bench/e2e.py``). Each writes its
+was most of the cycle, and the cycle bounded pods/s (``bench/e2e.py``). Each writes its
 ready file when it serves. Composition only: both parts live in ``services/sim``.
 """
 
@@ -48,8 +48,6 @@ class KubeSchedulerSpec:
     extender_url: str
     scheduler_name: str
     ready_file: Path | None = None
-    bind_concurrency: int = 0
-    """0 = no limit, as kube-scheduler."""
 
 
 def write_ready(path: Path | None, **facts: object) -> None:
@@ -92,8 +90,7 @@ async def run_kube_scheduler(spec: KubeSchedulerSpec) -> None:
     stop_on_signals(stop)
     kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
     extender = ExtenderConfig(url_prefix=spec.extender_url, http_timeout_s=30.0, node_cache_capable=True)
-    scheduler = SimScheduler(kube, [extender], SchedulerSettings(scheduler_name=spec.scheduler_name,
-                                                                 bind_concurrency=spec.bind_concurrency))
+    scheduler = SimScheduler(kube, [extender], SchedulerSettings(scheduler_name=spec.scheduler_name))
     running = asyncio.create_task(scheduler.run(), name="sim-scheduler")
     stopping = asyncio.create_task(stop.wait(), name="kube-scheduler-stop")
     synced = asyncio.create_task(scheduler.synced.wait(), name="kube-scheduler-synced")

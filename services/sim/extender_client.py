@@ -102,14 +102,13 @@ def _node_names(node_list: Any) -> list[str]:
 class ExtenderClient:
     """Calls one extender; ``close()`` releases the connection pool."""
 
-    def __init__(self, config: ExtenderConfig, *, connections: int = 0) -> None:
-        """``connections``: at most this many at once; 0 = no limit, as Go's HTTP transport that
-        kube-scheduler's extender client uses (a limit would make the scheduling cycle's /filter
-        wait behind binds that wait for their Allocate leases)."""
+    def __init__(self, config: ExtenderConfig) -> None:
         self.config = config
         self._prefix = config.url_prefix.rstrip("/")
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=connections),
+            # No limit on connections, as Go's HTTP transport in kube-scheduler's extender client: a
+            # limit makes the cycle's /filter wait behind binds waiting for their Allocate leases.
+            connector=aiohttp.TCPConnector(limit=0),
             timeout=aiohttp.ClientTimeout(total=config.http_timeout_s),
             json_serialize=lambda obj: orjson.dumps(obj).decode(),
         )

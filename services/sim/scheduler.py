@@ -4,12 +4,12 @@ What it keeps of kube-scheduler: informers (list+watch of pods and nodes), a sch
 per-pod backoff (1 s doubling to 10 s) where an unschedulable pod waits for a cluster event (a pod
 deleted or finished, a node added or changed) and its backoff, or 5 minutes without one; ONE
 scheduling cycle at a time (in-tree filters, extender ``/filter``, extender ``/prioritize`` weighted
-x10, highest total wins, ties at random); binding cycles run concurrently (extender ``/bind`` when
-it has a bindVerb, else ``pods/binding``); "assumed" pods are not rescheduled while the watch has
-not yet shown them bound; unschedulable pods get ``PodScheduled=False`` (reason ``Unschedulable``
-with kube-scheduler's "0/N nodes are available: ..." message, or ``SchedulerError``) on their
-status. No preemption; resource fit only for the extended resources in
-``SchedulerSettings.fit_resources`` (see there why ``nvidia.com/gpu`` is one).
+x10, highest total wins, ties at random); binding cycles run concurrently, without a limit as in
+kube-scheduler (extender ``/bind`` when it has a bindVerb, else ``pods/binding``); "assumed" pods
+are not rescheduled while the watch has not yet shown them bound; unschedulable pods get
+``PodScheduled=False`` (reason ``Unschedulable`` with kube-scheduler's "0/N nodes are available:
+..." message, or ``SchedulerError``) on their status. No preemption; resource fit only for the
+extended resources in ``SchedulerSettings.fit_resources`` (see there why ``nvidia.com/gpu`` is one).
 
 It knows the API server only through ``KubeApi`` (+ ``patch_pod_status``) and the extender only
 through its HTTP endpoints; it imports nothing from the services.
@@ -56,10 +56,6 @@ class SchedulerSettings:
     scheduler_name: str = "gpubus-scheduler"
     """Pods whose ``spec.schedulerName`` is this are ours (the webhook sets it)."""
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-    bind_concurrency: int = 0
-    """Binding cycles in flight at most; 0 = no limit, as kube-scheduler (a goroutine per binding
-    cycle). A limit makes filtered pods wait for a bind while their extender holds a slice for them:
-    at 64, in an overloaded run, hundreds of such slices filled the cluster for whole-GPU pods."""
     fit_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     """Extended resources checked as NodeResourcesFit does: the node's allocatable minus what its
     bound (and assumed) non-terminal pods request. HAMi's scheduler config marks ``nvidia.com/gpu``
@@ -117,9 +113,6 @@ class SimScheduler:
         self._nodes: dict[str, Node] = {}
         self._assumed: set[str] = set()
         self._finished: set[str] = set()
-        self._binds: asyncio.Semaphore | contextlib.nullcontext[None] = (
-            asyncio.Semaphore(self.settings.bind_concurrency) if self.settings.bind_concurrency > 0
-            else contextlib.nullcontext())
         self._fit_names = frozenset(self.settings.fit_resources)
         self._plain: set[str] = set()
         self._allocatable: dict[str, Amounts] = {}
@@ -354,18 +347,17 @@ class SimScheduler:
     async def _bind(self, pod: Pod, node: str, interested: list[ExtenderClient]) -> None:
         uid, namespace, name = _meta(pod)
         binder = next((c for c in interested if c.config.bind_verb), None)
-        async with self._binds:
-            try:
-                if binder is not None:
-                    await binder.bind(pod, node)
-                else:
-                    await self.kube.bind_pod(namespace, name, uid, node, {})
-            except (ExtenderError, KubeError) as e:
-                self._assumed.discard(uid)
-                self._unplace(uid)
-                self.stats.bind_failures += 1
-                self._failed(pod, "BindingRejected", f"binding rejected: {e}")
-                return
+        try:
+            if binder is not None:
+                await binder.bind(pod, node)
+            else:
+                await self.kube.bind_pod(namespace, name, uid, node, {})
+        except (ExtenderError, KubeError) as e:
+            self._assumed.discard(uid)
+            self._unplace(uid)
+            self.stats.bind_failures += 1
+            self._failed(pod, "BindingRejected", f"binding rejected: {e}")
+            return
         self.queue.done(uid)
         self.stats.scheduled += 1
         self._report(Outcome(uid=uid, namespace=namespace, name=name, node=node, reason="Scheduled",

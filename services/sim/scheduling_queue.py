@@ -57,8 +57,7 @@ class SchedulingQueue:
     def add(self, key: str) -> None:
         """A pod that needs scheduling; ignored if queued, backing off, unschedulable or in flight
         (an update of a pod that waits, such as its own PodScheduled condition, is not an event)."""
-        if not (key in self._queued or key in self._backoff or key in self._unschedulable
-                or key in self._in_flight):  # where() is None, without its tuple on every pod event
+        if self.where(key) is None:
             self._push(key)
 
     def _push(self, key: str) -> None:
@@ -144,9 +143,13 @@ class SchedulingQueue:
 
     def where(self, key: str) -> str | None:
         """``active``, ``backoff``, ``unschedulable``, ``in_flight`` or None (not queued)."""
-        places = (("active", self._queued), ("backoff", self._backoff),
-                  ("unschedulable", self._unschedulable), ("in_flight", self._in_flight))
-        return next((name for name, place in places if key in place), None)
+        if key in self._queued:  # a plain chain: add() asks this on every pod event
+            return "active"
+        if key in self._backoff:
+            return "backoff"
+        if key in self._unschedulable:
+            return "unschedulable"
+        return "in_flight" if key in self._in_flight else None
 
     def attempts(self, key: str) -> int:
         return self._attempts.get(key, 0)

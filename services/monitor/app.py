@@ -100,6 +100,9 @@ class MonitorApp:
     def __init__(self, settings: MonitorSettings, monitors: Sequence[Monitor], bus: BusPort | None) -> None:
         self.settings = settings
         self.monitors = {m.node: m for m in monitors}
+        self._holders: dict[str, str] = {}
+        """Pod UID -> the node whose monitor holds its allocation: a release (which names no node)
+        goes to that one monitor instead of all of them (100 in ``gpubus up``'s nodes process)."""
         self.bus = bus
         self.ledger_decode_errors = 0
         self.collector = MonitorCollector(
@@ -192,6 +195,7 @@ class MonitorApp:
             entries = await (await self.bus.kv(ALLOCATIONS_BUCKET)).items()
             inventory = await self.bus.kv(INVENTORY_BUCKET)
             allocations = [a for a in (self._decode(k, e.value) for k, e in entries.items()) if a is not None]
+            self._holders = {a.pod_uid: a.node for a in allocations if a.node in self.monitors}
             for m in self.monitors.values():
                 m.ledger.replace_all(allocations)
                 entry = await inventory.get(m.node)
@@ -218,12 +222,19 @@ class MonitorApp:
     async def on_event(self, event: Event) -> None:
         """Route a ledger or inventory event to the monitor(s) it concerns."""
         if isinstance(event, AllocationDecided):
-            target = self.monitors.get(event.allocation.node)
+            node, uid = event.allocation.node, event.allocation.pod_uid
+            held = self._holders.get(uid)
+            if held is not None and held != node:  # a newer decision moved the pod: one node holds it
+                self.monitors[held].ledger.release(uid)
+                del self._holders[uid]
+            target = self.monitors.get(node)
             if target is not None:
                 target.on_event(event)
+                self._holders[uid] = node
         elif isinstance(event, AllocationReleased):
-            for m in self.monitors.values():
-                m.on_event(event)
+            held = self._holders.pop(event.pod_uid, None)
+            if held is not None:
+                self.monitors[held].on_event(event)
         elif isinstance(event, Inventory) and event.node in self.monitors:
             self.monitors[event.node].on_event(event)
 

@@ -164,6 +164,17 @@ async def test_one_process_monitors_several_nodes(bus: Bus) -> None:
             lambda: all(pods[n].pod_uid in app.monitors[n].ledger for n in nodes), what="routing"
         )
         assert all(len(app.monitors[n].ledger) == 1 for n in nodes)
+        # A newer decision moves a pod: only the new node holds it; its release empties that node.
+        moved = allocation(pods[nodes[0]].pod_uid, "pod-0", [[(GPU1, 100, 10)]], node=nodes[1])
+        await bus.publish(AllocationDecided(allocation=moved, node=nodes[1]))
+        await wait_until(lambda: len(app.monitors[nodes[1]].ledger) == 2, what="moved decision")
+        assert len(app.monitors[nodes[0]].ledger) == 0
+        for a in (moved, pods[nodes[2]]):
+            released = AllocationReleased(pod_uid=a.pod_uid, namespace="team", name=a.name, why="deleted")
+            await bus.publish(released)
+        await wait_until(lambda: len(app.monitors[nodes[2]].ledger) == 0, what="released")
+        assert [len(app.monitors[n].ledger) for n in nodes] == [0, 1, 0]
+        assert pods[nodes[1]].pod_uid in app.monitors[nodes[1]].ledger
     finally:
         await app.stop()
 

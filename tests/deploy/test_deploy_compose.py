@@ -73,8 +73,8 @@ def _flags(argv: list[str]) -> dict[str, str]:
     return flags
 
 
-def _gpubus_up_children(data_dir: Path) -> dict[str, list[str]]:
-    """argv of each child ``gpubus up`` would start with the compose stack's ports and ``data_dir``."""
+def _gpubus_up_built(data_dir: Path) -> dict[str, Any]:
+    """The children ``gpubus up`` would start with the compose stack's ports and ``data_dir``."""
     stack_module = pytest.importorskip("gpubus.stack", reason="`gpubus up` (gpubus/stack.py) not written yet")
     tls_module = pytest.importorskip("gpubus.stack_tls")
     spec = stack_module.StackSpec(data_dir=data_dir, nodes=4, devices="4xA100-80GB",
@@ -82,8 +82,13 @@ def _gpubus_up_children(data_dir: Path) -> dict[str, list[str]]:
     stack = stack_module.Stack(spec)
     stack.ports = stack_module.Ports(apiserver=17000, webhook=17001, scheduler=17002, monitor=17003)
     stack.tls = tls_module.ensure_webhook_tls(data_dir / "tls")
-    # The one place that knows the children's flags; compose must stay the same stack.
-    children = stack._build_children()
+    # The one place that knows the children's flags and environment; compose must stay the same stack.
+    return dict(stack._build_children())
+
+
+def _gpubus_up_children(data_dir: Path) -> dict[str, list[str]]:
+    """argv of each child, from the subcommand on."""
+    children = _gpubus_up_built(data_dir)
     return {name: child.argv[child.argv.index("gpubus") + 1:] for name, child in children.items()}
 
 
@@ -100,6 +105,13 @@ def test_service_runs_what_gpubus_up_runs_for_the_same_part(service: str, tmp_pa
         for name in CONTAINER_LOCAL_FLAGS:
             flags.pop(name, None)
     assert got == wanted
+
+
+@pytest.mark.parametrize("service", GPUBUS_SERVICES)
+def test_service_gets_the_environment_gpubus_up_gives_the_same_part(service: str, tmp_path: Path) -> None:
+    defaults = _gpubus_up_built(tmp_path / "state")[service].env_defaults
+    environment = _services()[service]["environment"]
+    assert {name: environment.get(name) for name in defaults} == defaults
 
 
 @pytest.mark.parametrize("service", [*GPUBUS_SERVICES, "certs"])

@@ -1,0 +1,53 @@
+"""``gpubus up``'s children: the environment each gets, and where the simulated hosts keep files."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpubus.stack import NODES_ENV, Child
+from gpubus.stack_nodes import host_scratch_root
+
+
+async def _no_probe() -> bool:
+    return True
+
+
+async def _child_sees(tmp_path: Path, name: str, defaults: dict[str, str]) -> str:
+    log = tmp_path / f"{name}.log"
+    child = Child(name, [sys.executable, "-c", "import os; print('seen', os.environ.get('GPUBUS_T_VAR'))"],
+                  log, _no_probe, env=defaults)
+    await child.start()
+    assert await child.wait_exit() == 0
+    return next(line for line in log.read_text().splitlines() if line.startswith("seen "))
+
+
+async def test_a_child_gets_its_defaults_unless_the_caller_set_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUBUS_T_VAR", raising=False)
+    assert await _child_sees(tmp_path, "default", {"GPUBUS_T_VAR": "default"}) == "seen default"
+    monkeypatch.setenv("GPUBUS_T_VAR", "caller")
+    assert await _child_sees(tmp_path, "caller", {"GPUBUS_T_VAR": "default"}) == "seen caller"
+    assert await _child_sees(tmp_path, "none", {}) == "seen caller"
+
+
+def test_the_nodes_process_turns_off_grpc_event_engine_threads() -> None:
+    assert set(NODES_ENV) == {"GRPC_EXPERIMENTS"}
+    assert set(NODES_ENV["GRPC_EXPERIMENTS"].split(",")) == {"-event_engine_client", "-event_engine_listener"}
+
+
+def test_simulated_hosts_keep_files_in_the_first_writable_root(tmp_path: Path) -> None:
+    missing, locked, memory = tmp_path / "missing", tmp_path / "locked", tmp_path / "memory"
+    locked.mkdir(mode=0o500)
+    memory.mkdir()
+    if os.access(locked, os.W_OK):  # root ignores modes
+        locked.chmod(0o700)
+        (locked / "file").write_text("")
+        locked = locked / "file"  # a file is no root either
+    assert host_scratch_root((str(missing), str(locked), str(memory))) == str(memory)
+    assert host_scratch_root((str(missing),)) == tempfile.gettempdir()

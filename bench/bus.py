@@ -81,7 +81,7 @@ async def kv_cold_start(bus: Bus, n: int) -> None:
 
 async def main() -> None:
     n_kv = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    with NatsServerProcess(Path(tempfile.mkdtemp())) as server:
+    with tempfile.TemporaryDirectory(prefix="bench-bus-") as store, NatsServerProcess(Path(store)) as server:
         bus = await Bus.connect(BusSettings(url=server.url), source="bench")
         await bus.ensure_schema()
         await publish_rate(bus, 3000)

@@ -22,6 +22,7 @@ import asyncio
 import os
 import random
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -148,6 +149,7 @@ async def replay_events(url: str) -> list[dict[str, Any]]:
 
 async def main(args: argparse.Namespace) -> None:
     data = Path(args.data_dir or tempfile.mkdtemp(prefix="gpubus-bench-"))
+    keep = args.data_dir is not None or args.profile  # else the temp dir goes: its NATS store is 100-200 MB
     extra: dict[str, tuple[str, ...]] = {"nodes": ("--heartbeat", "30", "--monitor-interval", "5")}
     if args.profile:
         extra = {"nodes": (*extra["nodes"], "--profile", str(data / "nodes.prof")),
@@ -159,7 +161,8 @@ async def main(args: argparse.Namespace) -> None:
     stack = Stack(spec)
     t = time.monotonic()
     await stack.start()
-    print(f"stack up: {args.nodes} nodes x {args.devices} in {time.monotonic() - t:.1f}s (data {data})")
+    print(f"stack up: {args.nodes} nodes x {args.devices} in {time.monotonic() - t:.1f}s "
+          f"(data {data}{'' if keep else ', removed at the end; --data-dir keeps it'})")
     kube = await KubeClient.from_kubeconfig(stack.kubeconfig)
     observer = Observer()
     watch = asyncio.create_task(observer.follow(kube))
@@ -196,6 +199,8 @@ async def main(args: argparse.Namespace) -> None:
         watch.cancel()
         await kube.close()
         await stack.stop()
+        if not keep:
+            shutil.rmtree(data, ignore_errors=True)
 
 
 async def extender_answers(stack: Stack) -> str:
@@ -259,7 +264,8 @@ if __name__ == "__main__":
     parser.add_argument("--duration", default="2s", help="How long each pod runs (gpubus.io/sim-duration).")
     parser.add_argument("--stall-s", type=float, default=60.0,
                         help="Give up waiting when no pod started for this long.")
-    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--data-dir", default=None,
+                        help="Keep the stack's data (logs, NATS store) here; by default a temp dir, removed.")
     parser.add_argument("--profile", action="store_true", help="cProfile the simulator processes.")
     parser.add_argument("--single-node-filter", action="store_true",
                         help="HAMi mode: filter returns only the best node (no /prioritize round trip).")

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import gc
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -279,6 +280,7 @@ async def main(args: argparse.Namespace) -> None:
             await kube.close()
     finally:
         nats.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

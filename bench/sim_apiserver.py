@@ -51,7 +51,8 @@ async def run_verb(name: str, make: list[object]) -> None:
 
 async def main() -> None:
     async with SimApiServer() as api:
-        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(Path(tempfile.mkdtemp()) / "kc"))
+        with tempfile.TemporaryDirectory() as tmp:  # the client reads the file once
+            kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(Path(tmp) / "kc"))
         seen = 0
         done = asyncio.Event()
 

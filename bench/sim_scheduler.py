@@ -58,7 +58,8 @@ def pct(samples: list[float], q: float) -> float:
 
 async def main(pods: int, nodes: int) -> None:
     async with SimApiServer() as api:
-        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(Path(tempfile.mkdtemp()) / "kc"))
+        with tempfile.TemporaryDirectory() as tmp:  # the client reads the file once
+            kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(Path(tmp) / "kc"))
         for i in range(nodes):
             await kube.create_node({"metadata": {"name": f"n{i}"}})
             await kube.patch_node_status(f"n{i}", {"status": {"allocatable": {"nvidia.com/gpu": "10000"}}})

@@ -82,6 +82,7 @@ read once at start) a unary call costs ~400 instead of ~500 us of CPU, and the p
 context a third as often (bench/e2e.py: 12.8k -> 4.3k/s, CPU per pod 3.4 -> 3.0 ms). The services
 themselves keep gRPC's defaults: a real node-agent answers a handful of calls a minute."""
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ports:
     apiserver: int

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -42,12 +41,8 @@ def test_the_nodes_process_turns_off_grpc_event_engine_threads() -> None:
 
 
 def test_simulated_hosts_keep_files_in_the_first_writable_root(tmp_path: Path) -> None:
-    missing, locked, memory = tmp_path / "missing", tmp_path / "locked", tmp_path / "memory"
-    locked.mkdir(mode=0o500)
+    missing, a_file, memory = tmp_path / "missing", tmp_path / "a-file", tmp_path / "memory"
+    a_file.write_text("")
     memory.mkdir()
-    if os.access(locked, os.W_OK):  # root ignores modes
-        locked.chmod(0o700)
-        (locked / "file").write_text("")
-        locked = locked / "file"  # a file is no root either
-    assert host_scratch_root((str(missing), str(locked), str(memory))) == str(memory)
+    assert host_scratch_root((str(missing), str(a_file), str(memory))) == str(memory)
     assert host_scratch_root((str(missing),)) == tempfile.gettempdir()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -83,6 +84,11 @@ def wait_until_serving(port: int, timeout: float = 10.0, proc: subprocess.Popen[
     raise NatsServerError(f"nats-server on port {port} not ready after {timeout}s{_log_tail(log)}")
 
 
+def environ_with_defaults(defaults: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment for a child, plus ``defaults`` for the names it does not set."""
+    return {**defaults, **os.environ}
+
+
 def server_env() -> dict[str, str]:
     """The embedded server's environment: ``GOMAXPROCS=1`` unless the caller set it.
 
@@ -90,9 +96,7 @@ def server_env() -> dict[str, str]:
     core spins idle threads and hands goroutines between them, and each hand-off is a cross-CPU
     wake-up. In ``bench/e2e.py`` one thread cut nats-server's CPU per pod from ~1.6 to ~0.9 ms.
     """
-    env = dict(os.environ)
-    env.setdefault("GOMAXPROCS", "1")
-    return env
+    return environ_with_defaults({"GOMAXPROCS": "1"})
 
 
 class EmbeddedNats:

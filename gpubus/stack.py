@@ -27,7 +27,14 @@ from pathlib import Path
 
 import aiohttp
 
-from gpubus.natsserver import DEFAULT_PORT, EmbeddedNats, NatsServerError, free_port, port_is_free
+from gpubus.natsserver import (
+    DEFAULT_PORT,
+    EmbeddedNats,
+    NatsServerError,
+    environ_with_defaults,
+    free_port,
+    port_is_free,
+)
 from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
 
 log = logging.getLogger(__name__)
@@ -134,7 +141,8 @@ class Child:
             out.flush()
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                env={**self.env_defaults, **os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                env={**environ_with_defaults(self.env_defaults), "PYTHONUNBUFFERED": "1"},
+                start_new_session=True)
         self.starts += 1
 
     async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109

@@ -4,8 +4,8 @@ Two processes, as on a real control plane. The API server calls the webhook over
 the stack's CA) on every pod CREATE and writes the kubeconfig; the kube-scheduler stand-in
 list-watches the API server through that kubeconfig and schedules pods named for gpubus through
 the extender's HTTP API. Apart, the scheduler's serial cycle (filter, prioritize: two round trips
-to the extender) no longer waits behind the API server's own work in one event loop: that wait
-was most of the cycle, and the cycle bounded pods/s (``bench/e2e.py``). Each writes its
+to the extender) does not wait behind the API server's own work in one event loop: in one process
+that wait was most of the cycle, and the cycle bounded pods/s (``bench/e2e.py``). Each writes its
 ready file when it serves. Composition only: both parts live in ``services/sim``.
 """
 

@@ -218,7 +218,6 @@ class AllocLeases:
             self._note_freed(key, await self._kv.delete(key, last=held.revision))
             self.takeovers += 1
 
-
     async def _learn_holder(self, key: str) -> None:
         assert self._kv is not None
         entry = await self._kv.get(key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,9 @@ import pytest_asyncio
 from asyncwait import wait_until
 from e2e_harness import E2E, gpu_pod, running_stack
 from prometheus_client.parser import text_string_to_metric_families
+
+from gpubus.stack import NODES_ENV
+from gpubus.stack_nodes import host_scratch_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -125,3 +129,28 @@ async def test_hami_single_node_mode_runs_the_pipeline_without_prioritize(tmp_pa
         await hami.wait_phase(names, {"Succeeded"})
         await hami.check_invariants()
         assert await _prioritize_calls(hami) == 0
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _unix_socket_paths(pid: int) -> set[str]:
+    """Paths of the unix sockets the process holds open (its fds' inodes in /proc/net/unix)."""
+    links = (os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+    inodes = {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+    rows = (line.split() for line in Path("/proc/net/unix").read_text().splitlines()[1:])
+    return {row[7] for row in rows if len(row) >= 8 and row[6] in inodes}
+
+
+async def test_the_nodes_process_runs_with_its_defaults_and_memory_scratch(e2e: E2E) -> None:
+    pid = e2e.stack.children["nodes"].pid
+    assert pid is not None
+    environ = _environ(pid)
+    for name, value in NODES_ENV.items():
+        assert environ[name] == os.environ.get(name, value)
+    assert "GRPC_EXPERIMENTS" not in _environ(e2e.stack.children["scheduler"].pid or 0)
+    sockets = {p for p in _unix_socket_paths(pid) if p.endswith(".sock")}
+    assert sockets, "the simulated kubelets and plugins serve no unix socket"
+    assert all(p.startswith(f"{host_scratch_root()}/gpubus-") for p in sockets), sockets

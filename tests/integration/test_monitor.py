@@ -169,6 +169,8 @@ async def test_one_process_monitors_several_nodes(bus: Bus) -> None:
         await bus.publish(AllocationDecided(allocation=moved, node=nodes[1]))
         await wait_until(lambda: len(app.monitors[nodes[1]].ledger) == 2, what="moved decision")
         assert len(app.monitors[nodes[0]].ledger) == 0
+        stranger = AllocationReleased(pod_uid=uid(), namespace="team", name="never-decided", why="deleted")
+        await bus.publish(stranger)  # a release no monitor holds: nothing changes, nothing fails
         for a in (moved, pods[nodes[2]]):
             released = AllocationReleased(pod_uid=a.pod_uid, namespace="team", name=a.name, why="deleted")
             await bus.publish(released)

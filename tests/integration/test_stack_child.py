@@ -1,4 +1,5 @@
-"""``gpubus up``'s children: the environment each gets, and where the simulated hosts keep files."""
+"""``gpubus up``'s children: the environment each gets, and where the simulated hosts keep files
+(the running nodes process is checked in tests/e2e/test_pipeline.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubus.stack import NODES_ENV, Child
+from gpubus.stack import Child
 from gpubus.stack_nodes import host_scratch_root
 
 
@@ -33,11 +34,6 @@ async def test_a_child_gets_its_defaults_unless_the_caller_set_them(
     monkeypatch.setenv("GPUBUS_T_VAR", "caller")
     assert await _child_sees(tmp_path, "caller", {"GPUBUS_T_VAR": "default"}) == "seen caller"
     assert await _child_sees(tmp_path, "none", {}) == "seen caller"
-
-
-def test_the_nodes_process_turns_off_grpc_event_engine_threads() -> None:
-    assert set(NODES_ENV) == {"GRPC_EXPERIMENTS"}
-    assert set(NODES_ENV["GRPC_EXPERIMENTS"].split(",")) == {"-event_engine_client", "-event_engine_listener"}
 
 
 def test_simulated_hosts_keep_files_in_the_first_writable_root(tmp_path: Path) -> None:

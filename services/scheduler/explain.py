@@ -209,5 +209,6 @@ def render_table(report: Report, pod_name: str = "") -> str:
         else:
             detail = v["reason"]
         mark = "*" if name == chosen else " "
-        lines.append(f"{name:<{width}} {mark}{'yes' if v['fit'] else 'no ':<3}  {v['score']:6.2f}  {detail}")
+        score = f"{v['score']:6.2f}" if v["fit"] else f"{'-':>6}"  # a score only ranks nodes that fit
+        lines.append(f"{name:<{width}} {mark}{'yes' if v['fit'] else 'no ':<3}  {score}  {detail}")
     return "\n".join(lines)

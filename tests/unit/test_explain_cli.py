@@ -115,6 +115,9 @@ def test_human_table(app: typer.Typer, tmp_path: Path) -> None:
     assert "chosen node fits" in out
     assert "1/1 CardTimeSlicingExhausted" in out
     assert "GPU-0(100MiB,0%)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[3:]}
+    assert rows["fits"][1:3] == ["*yes", f"{float(rows['fits'][2]):.2f}"]
+    assert rows["full"][1:3] == ["no", "-"]  # a node that does not fit has no score to rank by
 
 
 def test_examples_directory_works(app: typer.Typer) -> None:

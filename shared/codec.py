@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from shared.events import CATALOGUE, Event
 
 #: Refuse bodies larger than this (bytes) before unpacking them.
 MAX_EVENT_BYTES = 1 << 20
+#: The largest int a field may hold (int64: what every consumer, Go's included, can store).
+INT_MAX = (1 << 63) - 1
 
 T = TypeVar("T")
 
@@ -142,18 +145,39 @@ def _build_converter(tp: Any) -> _Converter:
 
 
 def _scalar_converter(tp: type) -> _Converter:
+    if tp is int:
+        return _int
+    if tp is float:
+        return _float
+
     def conv(v: Any) -> Any:
         if type(v) is tp:
             return v
-        if tp is float and type(v) is int:
-            return float(v)
-        if tp is int and isinstance(v, bool):
-            raise _FieldError("expected int, got bool")
         if not isinstance(v, tp):
             raise _FieldError(f"expected {tp.__name__}, got {type(v).__name__}")
         return v
 
     return conv
+
+
+def _int(v: Any) -> int:
+    """Every int an event carries is a count, an index, MiB, % or bytes: 0 <= v < 2**63."""
+    if type(v) is not int:
+        raise _FieldError(f"expected int, got {type(v).__name__}")
+    if not 0 <= v <= INT_MAX:
+        raise _FieldError(f"{v} is out of range (0 to 2**63-1)")
+    return v
+
+
+def _float(v: Any) -> float:
+    """Every float an event carries is a unix time, a duration or a ratio: finite and >= 0."""
+    if type(v) is int:
+        return float(_int(v))
+    if type(v) is not float:
+        raise _FieldError(f"expected float, got {type(v).__name__}")
+    if not 0.0 <= v < math.inf:  # False for NaN too
+        raise _FieldError(f"{v!r} is not a finite number >= 0")
+    return v
 
 
 def _enum_converter(tp: type[enum.Enum]) -> _Converter:

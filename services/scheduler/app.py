@@ -134,9 +134,7 @@ class SchedulerApp:
             self.ledger,
             clock=self.clock,
             on_change=self._on_change,
-            on_decode_error=lambda bucket: self.metrics.input_errors.labels(
-                f"kv/{bucket}", "undecodable"
-            ).inc(),
+            on_input_error=lambda source, kind: self.metrics.input_errors.labels(source, kind).inc(),
         )
         self.binder = Binder(
             state=self.state,
@@ -173,7 +171,7 @@ class SchedulerApp:
             on_adopt=self.metrics.adopted.inc,
             clock=self.clock,
             on_phase=self.phases.submit,
-            on_bad_pod=lambda kind: self.metrics.input_errors.labels("pods", kind).inc(),
+            on_input_error=lambda source, kind: self.metrics.input_errors.labels(source, kind).inc(),
         )
 
     def _wire_leadership(self) -> None:

@@ -14,12 +14,12 @@ from typing import Any
 
 import msgpack
 
-from shared.codec import from_wire, to_wire
+from shared.codec import INT_MAX, from_wire, to_wire
 from shared.errors import EventDecodeError
 from shared.model import NVIDIA, Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
 
 _STATES = {s.value: s for s in AllocationState}
-_NUMBERS = (float, int)
+_INF = float("inf")
 
 
 class _Unusual(Exception):
@@ -59,9 +59,10 @@ def _fast(body: Any) -> Allocation:
         or type(node) is not str
         or type(containers) is not list
         or type(init_count) is not int
+        or not 0 <= init_count <= INT_MAX
         or state is None
-        or type(decided_at) not in _NUMBERS
-        or type(expires_at) not in _NUMBERS
+        or not _is_time(decided_at)
+        or not _is_time(expires_at)
     ):
         raise _Unusual
     for c in containers:
@@ -79,6 +80,13 @@ def _fast(body: Any) -> Allocation:
         decided_at=float(decided_at),
         expires_at=float(expires_at),
     )
+
+
+def _is_time(x: Any) -> bool:
+    """What the generic codec accepts for a float field: a finite float >= 0 or an int in range."""
+    if type(x) is float:
+        return 0.0 <= x < _INF
+    return type(x) is int and 0 <= x <= INT_MAX
 
 
 def _devices(raw: Any) -> tuple[tuple[ContainerDevice, ...], ...]:
@@ -105,6 +113,9 @@ def _devices(raw: Any) -> tuple[tuple[ContainerDevice, ...], ...]:
                 or type(mem) is not int
                 or type(cores) is not int
                 or type(idx) is not int
+                or not 0 <= mem <= INT_MAX
+                or not 0 <= cores <= INT_MAX
+                or not 0 <= idx <= INT_MAX
             ):
                 raise _Unusual
             card = ContainerDevice(uuid=DeviceUUID(uuid), type=kind, usedmem=mem, usedcores=cores, idx=idx)

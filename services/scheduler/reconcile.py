@@ -120,7 +120,7 @@ class Reconciler:
         on_adopt: Callable[[], None],
         clock: Callable[[], float] = time.time,
         on_phase: Callable[[str, str, ann.BindPhase, str], object] | None = None,
-        on_bad_pod: Callable[[str], None] = lambda kind: None,
+        on_input_error: Callable[[str, str], None] = lambda source, kind: None,
     ) -> None:
         self._state = state
         self._leases = leases
@@ -132,8 +132,9 @@ class Reconciler:
         self._clock = clock
         self._on_phase = on_phase
         """Queues the ``hami.io/bind-phase`` patch (and node label) for a verdict; returns at once."""
-        self._on_bad_pod = on_bad_pod
-        """Counts pods whose HAMi annotations cannot be adopted, by kind."""
+        self._on_input_error = on_input_error
+        """Counts unusable input by source and kind: pods whose HAMi annotations cannot be adopted,
+        verdicts that do not match the entry they name."""
         self._live: set[str] = set()
         self.pods_synced = asyncio.Event()
 
@@ -148,14 +149,19 @@ class Reconciler:
         ]
 
     async def on_verdict(self, event: Event) -> None:
+        """A node-agent's word on an entry counts only from the entry's own node, and only while
+        the entry waits for it (DECIDED): a late or foreign ``failed`` would free a running pod's
+        slice for someone else (a retried bind's old node, a stray publisher)."""
         if isinstance(event, AllocationApplied) and event.complete:
-            applied = await self._state.set_state(PodUID(event.pod_uid), AllocationState.APPLIED)
-            if applied is not None:
-                self._phase(applied, ann.BindPhase.SUCCESS)
+            uid = PodUID(event.pod_uid)
+            if self._awaiting_verdict(event, uid) is not None:
+                applied = await self._state.set_state(uid, AllocationState.APPLIED)
+                if applied is not None:
+                    self._phase(applied, ann.BindPhase.SUCCESS)
         elif isinstance(event, AllocationFailed) and event.pod_uid:
             uid = PodUID(event.pod_uid)
-            entry = self._state.ledger.entry(uid)
-            if entry is None or entry.state is AllocationState.FAILED:
+            entry = self._awaiting_verdict(event, uid)
+            if entry is None:
                 return
             await self._state.set_state(uid, AllocationState.FAILED)
             self._phase(entry, ann.BindPhase.FAILED)
@@ -169,6 +175,19 @@ class Reconciler:
                 entry.node,
                 event.reason,
             )
+
+    def _awaiting_verdict(self, event: Event, uid: PodUID) -> Allocation | None:
+        """The DECIDED entry ``event`` speaks of; None when there is none, or (counted) when the
+        event came from another node."""
+        entry = self._state.ledger.entry(uid)
+        if entry is None or entry.state is not AllocationState.DECIDED:
+            return None
+        if event.node != entry.node:
+            self._on_input_error(f"events/{event.KIND}", "wrong_node")
+            log.warning("%s for pod %s came from node %r, but its entry is on %s; ignored",
+                        event.KIND, uid, event.node, entry.node)
+            return None
+        return entry
 
     def _phase(self, entry: Allocation, phase: ann.BindPhase) -> None:
         if self._on_phase is not None:
@@ -242,7 +261,7 @@ class Reconciler:
             allocation = adoptable(pod)
         except AnnotationError as e:
             meta = pod.get("metadata") or {}
-            self._on_bad_pod("bad_devices_annotation")
+            self._on_input_error("pods", "bad_devices_annotation")
             log.warning("pod %s/%s: cannot adopt, %s", meta.get("namespace"), meta.get("name"), e)
             return
         if allocation is None:

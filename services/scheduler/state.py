@@ -35,6 +35,8 @@ __all__ = ["ChangeCallback", "State", "decode_allocation", "decode_inventory", "
 
 #: ``on_change(node)``: something about this node's allocations changed (wakes lease waiters).
 ChangeCallback = Callable[[NodeName], None]
+#: ``on_input_error(source, kind)``, e.g. ``("kv/allocations", "key_mismatch")``.
+InputErrorCallback = Callable[[str, str], None]
 
 
 def decode_inventory(value: bytes) -> Inventory:
@@ -69,21 +71,20 @@ class State:
         *,
         clock: Callable[[], float] = time.time,
         on_change: ChangeCallback | None = None,
-        on_decode_error: Callable[[str], None] = lambda bucket: None,
+        on_input_error: InputErrorCallback = lambda source, kind: None,
     ) -> None:
         self.bus = bus
         self.ledger = ledger
         self._clock = clock
         self._on_change = on_change
-        self._on_decode_error = on_decode_error
-        """Called with the bucket name for every KV entry that cannot be decoded (counted)."""
+        self._on_input_error = on_input_error
+        """Called for every KV entry or event that cannot be used (counted by source and kind)."""
         self._allocations: KV | None = None
         self._inventory: KV | None = None
         self._watches: list[Watch] = []
         self._subscription: Subscription | None = None
         self._own_tombstones: dict[PodUID, int] = {}
         self.ready = False
-        self.decode_errors = 0
         self.loaded_in_s = 0.0
 
     # --- start and stop --------------------------------------------------------------------
@@ -133,15 +134,32 @@ class State:
         try:
             event = decode_inventory(entry.value)
         except EventDecodeError as e:
-            self.decode_errors += 1
-            self._on_decode_error(INVENTORY)
-            log.warning("inventory entry for %s is unusable: %s", node, e)
+            self._input_error(
+                f"kv/{INVENTORY}", "undecodable", f"inventory entry for {node} is unusable: {e}"
+            )
             return
-        self.set_inventory(node, event, loaded_at=loaded_at)
+        self.set_inventory(node, event, loaded_at=loaded_at, source=f"kv/{INVENTORY}")
 
-    def set_inventory(self, node: NodeName, event: Inventory, *, loaded_at: float | None = None) -> None:
-        """Newer content or a newer heartbeat replaces what is held; an older one is ignored."""
-        seen = event.ts
+    def set_inventory(
+        self,
+        node: NodeName,
+        event: Inventory,
+        *,
+        loaded_at: float | None = None,
+        source: str = "events/inventory",
+    ) -> None:
+        """Newer content or a newer heartbeat replaces what is held; an older one is ignored.
+
+        A time ahead of this scheduler's clock counts as now: one inventory stamped far in the
+        future (a bad clock, or bad input) would otherwise make every later one look older. An
+        inventory listing a device twice is refused: Fit would give the same card out twice.
+        """
+        if len({d.id for d in event.devices}) != len(event.devices):
+            self._input_error(
+                source, "duplicate_device", f"inventory of {node} lists a device twice; ignored"
+            )
+            return
+        seen = min(event.ts, self._clock())
         if loaded_at is not None:
             # KV holds the last content, not the last heartbeat: give a loaded node one interval
             # to prove it is alive instead of calling every node stale at start.
@@ -176,12 +194,20 @@ class State:
         try:
             allocation = decode_allocation(entry.value)
         except EventDecodeError as e:
-            self.decode_errors += 1
-            self._on_decode_error(ALLOCATIONS)
-            log.warning("ledger entry %s is unusable: %s", key, e)
+            self._input_error(f"kv/{ALLOCATIONS}", "undecodable", f"ledger entry {key} is unusable: {e}")
+            return
+        if allocation.pod_uid != key:
+            # the ledger is keyed by pod UID: an entry naming another pod would replace that pod's
+            # entry here while KV keeps both, and deleting this key would never free it
+            why = f"ledger entry {key} names pod {allocation.pod_uid}; ignored"
+            self._input_error(f"kv/{ALLOCATIONS}", "key_mismatch", why)
             return
         if self.ledger.apply(allocation, entry.revision):
             self._changed(allocation.node)
+
+    def _input_error(self, source: str, kind: str, message: str) -> None:
+        self._on_input_error(source, kind)
+        log.warning("%s", message)
 
     async def _watch_allocations(self, key: str, entry: Entry | None) -> None:
         if entry is not None:

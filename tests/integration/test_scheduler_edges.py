@@ -3,14 +3,17 @@
 Case matrix: a node deleted from the API server stops being judged (``node unregistered``); an
 undecodable entry in the ``allocations`` and in the ``inventory`` bucket is counted and skipped
 while the good ones keep working; a bound pod whose ``vgpu-devices-allocated`` annotation cannot
-be decoded is counted and not adopted; a forwarded bind whose payload is unusable gets a clear
-Error and is counted; an owned task that raises stops the whole scheduler instead of leaving it
-limping without, say, its pod watch.
+be decoded is counted and not adopted; a ledger entry under another pod's key, an inventory
+listing a device twice and a verdict from a node the pod is not on are counted and ignored; an
+inventory stamped in the future does not hide the node's later ones; a forwarded bind whose
+payload is unusable gets a clear Error and is counted; an owned task that raises stops the whole
+scheduler instead of leaving it limping without, say, its pod watch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import orjson
@@ -19,6 +22,7 @@ from conftest import bus_settings
 from scheduler_harness import (
     ExtenderClient,
     create_node,
+    devices_for,
     gpu_pod,
     register_node,
     scheduler_settings,
@@ -26,12 +30,22 @@ from scheduler_harness import (
 )
 
 from services.scheduler.app import SchedulerApp
+from services.scheduler.entries import encode_allocation
 from services.scheduler.forward import BIND_SUBJECT
 from services.sim.apiserver import SimApiServer
 from shared import annotations as ann
 from shared.bus import ALLOCATIONS, INVENTORY, Bus
+from shared.events import AllocationApplied, AllocationFailed, Inventory
 from shared.kube import KubeClient
-from shared.model import NodeName
+from shared.model import (
+    Allocation,
+    AllocationState,
+    ContainerDevice,
+    DeviceUsage,
+    DeviceUUID,
+    NodeName,
+    PodUID,
+)
 
 pytest_plugins = ("scheduler_fixtures",)
 
@@ -68,6 +82,93 @@ async def test_undecodable_kv_entries_are_counted_and_skipped(
     assert NodeName("n-garbage") not in scheduler.ledger and len(scheduler.ledger) == 0
     pod = dict(await kube.create_pod("default", gpu_pod("p", slice_of(1000))))  # type: ignore[arg-type]
     assert (await client.filter(pod, ["n1"]))["NodeNames"] == ["n1"]
+
+
+def _entry(uid: str, node: str, mem: int) -> Allocation:
+    card = ContainerDevice(uuid=DeviceUUID(f"GPU-{node}-0"), usedmem=mem, usedcores=0)
+    return Allocation(
+        pod_uid=PodUID(uid),
+        namespace="default",
+        name=uid,
+        node=NodeName(node),
+        devices=((card,),),
+        containers=("c0",),
+    )
+
+
+def _used(scheduler: SchedulerApp, node: str) -> DeviceUsage:
+    return scheduler.ledger.usage(NodeName(node), DeviceUUID(f"GPU-{node}-0"))
+
+
+async def test_a_ledger_entry_under_another_pods_key_is_counted_and_ignored(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    await create_node(kube, "n1")
+    await register_node(bus, "n1", gpus=1)
+    kv = await bus.kv(ALLOCATIONS)
+    await kv.put("victim", encode_allocation(_entry("victim", "n1", 60_000)))
+    await wait_until(lambda: _used(scheduler, "n1").usedmem == 60_000, what="victim's entry")
+    # a stray entry naming the victim must not replace its slice (60000 MiB -> 1 MiB)
+    await kv.put("stray", encode_allocation(_entry("victim", "n1", 1)))
+    line = 'gpubus_scheduler_input_errors_total{kind="key_mismatch",source="kv/allocations"} 1.0'
+    await wait_until(lambda: metrics_has(client, line), what="key mismatch counted")
+    assert _used(scheduler, "n1").usedmem == 60_000 and len(scheduler.ledger) == 1
+    pod = dict(await kube.create_pod("default", gpu_pod("big", slice_of(70_000))))  # type: ignore[arg-type]
+    assert (await client.filter(pod, ["n1"]))["NodeNames"] == []
+
+
+async def test_an_inventory_listing_a_device_twice_is_counted_and_ignored(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    await create_node(kube, "n3")
+    card = devices_for("n3", 1)[0]
+    await bus.publish(Inventory(devices=(card, card), node="n3", source="node-agent/n3"))
+    line = 'gpubus_scheduler_input_errors_total{kind="duplicate_device",source="events/inventory"} 1.0'
+    await wait_until(lambda: metrics_has(client, line), what="duplicate device counted")
+    assert NodeName("n3") not in scheduler.ledger
+    # 2 x 50000 MiB would have gone onto the one 80000 MiB card twice
+    two = gpu_pod("two", slice_of(50_000, count=2))
+    pod = dict(await kube.create_pod("default", two))  # type: ignore[arg-type]
+    assert (await client.filter(pod, ["n3"]))["NodeNames"] == []
+
+
+async def test_an_inventory_stamped_in_the_future_does_not_hide_the_nodes_later_ones(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp
+) -> None:
+    await create_node(kube, "n2")
+    await register_node(bus, "n2", gpus=1, ts=1e300)
+    await wait_until(lambda: NodeName("n2") in scheduler.ledger, what="first inventory")
+    # its next one (a second later; both copies of the first, KV's and the event's, may still be in flight)
+    await register_node(bus, "n2", gpus=4, ts=time.time() + 1.0)
+
+    def devices() -> int:
+        held = scheduler.ledger.inventory(NodeName("n2"))
+        return 0 if held is None else len(held.devices)
+
+    await wait_until(lambda: devices() == 4, what="the later inventory taken")
+
+
+async def test_a_verdict_from_a_node_the_pod_is_not_on_is_counted_and_ignored(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    for node in ("n1", "n2"):
+        await create_node(kube, node)
+        await register_node(bus, node, gpus=1)
+    await wait_until(lambda: NodeName("n2") in scheduler.ledger, what="inventory")
+    pod = dict(await kube.create_pod("default", gpu_pod("p", slice_of(70_000))))  # type: ignore[arg-type]
+    assert await client.bind(pod, "n1") == ""
+    uid = pod["metadata"]["uid"]
+    await bus.publish(AllocationFailed(pod_uid=uid, namespace="default", name="p", reason="x", node="n2"))
+    applied = AllocationApplied(
+        pod_uid=uid, namespace="default", name="p", container="c0", device_ids=(), complete=True, node="n2"
+    )
+    await bus.publish(applied)
+    for kind in ("allocation.failed", "allocation.applied"):
+        line = f'gpubus_scheduler_input_errors_total{{kind="wrong_node",source="events/{kind}"}} 1.0'
+        await wait_until(lambda line=line: metrics_has(client, line), what=f"{kind} from n2 counted")
+    entry = scheduler.ledger.entry(PodUID(uid))
+    assert entry is not None and entry.state is AllocationState.DECIDED
+    assert _used(scheduler, "n1").usedmem == 70_000
 
 
 async def test_a_bound_pod_with_an_undecodable_devices_annotation_is_counted_not_adopted(

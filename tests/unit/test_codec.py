@@ -139,6 +139,14 @@ def test_missing_required_field_is_refused() -> None:
         (("allocation", "devices"), "GPU-0", "expected a list"),
         (("allocation", "init_count"), True, "expected int, got bool"),
         (("allocation",), [1, 2], "expected a map"),
+        (("allocation", "init_count"), -1, "out of range"),
+        (("allocation", "devices", 1, 0, "usedmem"), -80000, "out of range"),
+        (("allocation", "devices", 1, 0, "usedcores"), 1 << 63, "out of range"),
+        (("allocation", "decided_at"), float("nan"), "not a finite number"),
+        (("allocation", "decided_at"), float("inf"), "not a finite number"),
+        (("allocation", "decided_at"), -1.0, "not a finite number"),
+        (("allocation", "decided_at"), -1, "out of range"),
+        (("ts",), float("-inf"), "not a finite number"),
     ],
 )
 def test_wrong_nested_types_are_refused(path: tuple[str, ...], value: object, reason: str) -> None:

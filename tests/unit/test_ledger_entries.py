@@ -98,6 +98,14 @@ _DROP = object()
         _with(("devices", 0, 0, "usedmem"), 1.5),
         _with(("devices", 0, 0, "usedcores"), _DROP),
         _with(("devices", 0, 0, "uuid"), None),
+        _with(("devices", 0, 0, "usedmem"), -80000),
+        _with(("devices", 0, 0, "usedcores"), 1 << 63),
+        _with(("devices", 0, 0, "idx"), -1),
+        _with(("init_count",), -1),
+        _with(("decided_at",), float("nan")),
+        _with(("decided_at",), float("inf")),
+        _with(("decided_at",), -5.0),
+        _with(("expires_at",), (1 << 64) - 1),
         ["not", "a", "map"],
     ],
 )
@@ -111,6 +119,21 @@ def test_unusual_bodies_are_judged_exactly_as_the_generic_codec_judges_them(body
     except EventDecodeError as e:
         got = str(e)
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("devices", 0, 0, "usedmem"), -80000),
+        (("devices", 0, 0, "usedcores"), -100),
+        (("decided_at",), float("nan")),
+        (("expires_at",), float("inf")),
+    ],
+)
+def test_amounts_and_times_out_of_range_are_refused(path: tuple[Any, ...], value: Any) -> None:
+    # a negative amount would cancel a real one and make a full card look empty
+    with pytest.raises(EventDecodeError, match=r"out of range|not a finite number"):
+        decode_allocation(msgpack.packb(_with(path, value)))
 
 
 def test_an_int_time_is_read_as_a_float_like_the_generic_codec() -> None:

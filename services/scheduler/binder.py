@@ -41,7 +41,7 @@ from services.scheduler.placement import Placement
 from services.scheduler.state import State
 from services.scheduler.wire import BindingArgs
 from shared import annotations as ann
-from shared.errors import BusUnavailable, RequestError
+from shared.errors import AnnotationError, BusUnavailable, RequestError
 from shared.kube import KubeApi, KubeError
 from shared.model import Allocation, AllocationState, NodeName, PodRequest, PodUID
 from shared.requests import DEFAULT_NAMES, ResourceNames, pod_request
@@ -203,19 +203,29 @@ class Binder:
         if not request.wants_gpu:
             await self._post_binding(args, node, {})
             return "passthrough"
-        if await self._already_bound(args, pod, node):
-            return "already_bound"
-        if self._quota_ready is not None:
-            await self._quota_ready(request.namespace)
-        return await self._bind_gpu_pod(args, request, node)
+        uid = request.uid
+        if uid in self._in_flight:
+            # both would write the one ledger key; the loser's undo would free the winner's slice
+            raise BindError(
+                "bind_in_progress", f"pod {request.namespace}/{request.name} is being bound already"
+            )
+        self._in_flight.add(uid)  # no await since the check: one bind per pod at a time
+        try:
+            if await self._already_bound(args, pod, request, node):
+                return "already_bound"
+            if self._quota_ready is not None:
+                await self._quota_ready(request.namespace)
+            return await self._bind_gpu_pod(args, request, node)
+        finally:
+            self._in_flight.discard(uid)
 
     async def _bind_gpu_pod(self, args: BindingArgs, request: PodRequest, node: NodeName) -> str:
         uid = request.uid
-        self._in_flight.add(uid)
-        decided = False
+        reserved = decided = False
         leases = []
         try:
             allocation = await self._reserve(request, node)
+            reserved = True
             started = time.monotonic()
             try:
                 leases = await self._leases.acquire(
@@ -236,17 +246,18 @@ class Binder:
             await self._state.decide(allocation, held)
             await self._post_binding(args, node, hami_annotations(allocation, allocation.decided_at))
         except BaseException as e:
-            await self._undo(uid, node, decided, leases, e)
+            await self._undo(uid, node, leases, e, reserved=reserved, decided=decided)
             raise
-        finally:
-            self._in_flight.discard(uid)
         return "bound"
 
     async def _reserve(self, request: PodRequest, node: NodeName) -> Allocation:
         async with self._node_locks.setdefault(node, asyncio.Lock()):
             self._drop_reserved(request.uid)  # filter's provisional slice: the real Fit replaces it
             now = self._clock()
-            fit: NodeFit = self._placement.decide(request, node, now)
+            try:
+                fit: NodeFit = self._placement.decide(request, node, now)
+            except AnnotationError as e:
+                raise BindError("bad_pod", f"pod {request.namespace}/{request.name}: {e}") from None
             if not fit.fit:
                 raise BindError(
                     "no_fit", f"pod {request.namespace}/{request.name} does not fit node {node}: {fit.reason}"
@@ -270,22 +281,33 @@ class Binder:
         )
 
     async def _undo(
-        self, uid: PodUID, node: NodeName, decided: bool, leases: list[Any], error: BaseException
+        self,
+        uid: PodUID,
+        node: NodeName,
+        leases: list[Any],
+        error: BaseException,
+        *,
+        reserved: bool,
+        decided: bool,
     ) -> None:
+        """Take back what this bind wrote, and only that: an entry it did not reserve is another
+        bind's (or the pod's earlier, still valid, one)."""
         why = f"bind failed: {error}"
         try:
             if decided:
                 await self._state.release(uid, why)
-            else:
-                self._state.ledger.delete(uid)
+            elif reserved:
+                self._drop_reserved(uid)
             await self._leases.release(leases)
         except BusUnavailable as e:
             log.error("pod %s: could not undo a failed bind (%s); reconcile will release it", uid, e)
         self._leases.wake(node)
 
-    async def _pod(self, args: BindingArgs) -> tuple[Mapping[str, Any], PodRequest | None]:
+    async def _pod(
+        self, args: BindingArgs, *, cached: bool = True
+    ) -> tuple[Mapping[str, Any], PodRequest | None]:
         """The pod (from filter's cache, else the API) and its request if filter parsed it."""
-        seen = self._pods.pop(args.pod_uid)
+        seen = self._pods.pop(args.pod_uid) if cached else None
         pod, parsed = (None, None) if seen is None else seen
         if pod is None:
             assert self._kube is not None
@@ -321,13 +343,30 @@ class Binder:
             )
         return request
 
-    async def _already_bound(self, args: BindingArgs, pod: Mapping[str, Any], node: NodeName) -> bool:
-        """A retried bind: done if the pod is bound to this node with its entry; else drop the old entry."""
-        entry = self._state.ledger.entry(PodUID(args.pod_uid))
+    async def _already_bound(
+        self, args: BindingArgs, pod: Mapping[str, Any], request: PodRequest, node: NodeName
+    ) -> bool:
+        """A pod with a decided entry: True if it is bound to this node (a retried bind). If it is
+        bound elsewhere the bind is refused and the entry kept; only an entry whose pod the API
+        server shows unbound (its bind failed and could not be undone) is released.
+
+        Filter's cached copy of the pod may predate its binding, so an unbound-looking pod is read
+        again from the API server before anything is released.
+        """
+        entry = self._state.ledger.entry(request.uid)
         if entry is None or entry.state is AllocationState.RESERVED:
             return False
-        if (pod.get("spec") or {}).get("nodeName") == node and entry.node == node:
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if not bound_to:
+            fresh, _ = await self._pod(args, cached=False)
+            bound_to = (fresh.get("spec") or {}).get("nodeName")
+        if bound_to == node and entry.node == node:
             return True
+        if bound_to:
+            raise BindError(
+                "already_bound",
+                f"pod {request.namespace}/{request.name} is already bound to node {bound_to}",
+            )
         await self._state.release(entry.pod_uid, "re-bound by kube-scheduler")
         return False
 

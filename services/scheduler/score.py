@@ -49,6 +49,9 @@ class ScoringWeights:
 
 
 DEFAULT_WEIGHTS = ScoringWeights()
+#: The largest weight a pod may ask for; larger ones only overflow the score arithmetic.
+WEIGHT_MAX = 1_000_000
+_WEIGHT_DIGITS = len(str(WEIGHT_MAX))
 
 
 def parse_scoring_weights(value: str | None) -> ScoringWeights:
@@ -63,9 +66,14 @@ def parse_scoring_weights(value: str | None) -> ScoringWeights:
             raise AnnotationError(
                 f"{DEVICE_SCORING_WEIGHTS}={value!r}: bad or repeated key in {part.strip()!r}"
             )
-        if not raw.isdigit():
-            raise AnnotationError(f"{DEVICE_SCORING_WEIGHTS}={value!r}: {key} must be an integer >= 0")
-        found[key] = int(raw)
+        # ASCII only (str.isdigit() also passes "²", which int() refuses); the length is checked
+        # before int(), which refuses over 4300 digits
+        digits = raw.lstrip("0") or "0"
+        if not (raw.isascii() and raw.isdigit()) or len(digits) > _WEIGHT_DIGITS or int(digits) > WEIGHT_MAX:
+            raise AnnotationError(
+                f"{DEVICE_SCORING_WEIGHTS}={value!r}: {key} must be an integer from 0 to {WEIGHT_MAX}"
+            )
+        found[key] = int(digits)
     if len(found) != 3:
         raise AnnotationError(f"{DEVICE_SCORING_WEIGHTS}={value!r}: slot, core and memory are all required")
     if not any(found.values()):

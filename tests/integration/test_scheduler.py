@@ -8,6 +8,7 @@ HAMi-annotated pods and a restart that rebuilds exactly the same usage.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -228,6 +229,43 @@ async def test_bind_refuses_a_node_the_pod_no_longer_fits(
     assert scheduler.ledger.entry(PodUID(second["metadata"]["uid"])) is None
     b = await kube.get_pod("default", "b")
     assert b is not None and not b["spec"].get("nodeName")
+
+
+async def test_a_second_bind_of_a_bound_pod_keeps_its_slice(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
+    a = await create(kube, gpu_pod("a", slice_of(50_000)))
+    await client.filter(a, ["n1", "n2"])
+    assert await client.bind(a, "n1") == ""
+    await client.filter(a, ["n1", "n2"])  # filter's cached copy now predates the binding
+    assert await client.bind(a, "n2") == "pod default/a is already bound to node n1"
+    assert await client.bind(a, "n1") == ""  # the same node: a retry, done already
+    meta = a["metadata"]
+    no_uid = {"PodName": meta["name"], "PodNamespace": "default", "PodUID": "", "Node": "n1"}
+    assert await client.post("bind", no_uid) == (200, {"Error": ""})  # resolved to the pod's own UID
+    entry = scheduler.ledger.entry(PodUID(meta["uid"]))
+    assert entry is not None and entry.node == "n1" and entry.state is AllocationState.DECIDED
+    assert used(scheduler, "n1", 0).usedmem == 50_000
+    b = await create(kube, gpu_pod("b", slice_of(50_000)))
+    assert (await client.filter(b, ["n1"]))["NodeNames"] == []
+
+
+async def test_concurrent_binds_of_one_pod_bind_it_once(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
+    a = await create(kube, gpu_pod("a", slice_of(50_000)))
+    errors = await asyncio.gather(client.bind(a, "n1"), client.bind(a, "n2"))
+    assert sorted(e == "" for e in errors) == [False, True]
+    loser = next(e for e in errors if e)
+    assert loser == "pod default/a is being bound already" or "is already bound to node" in loser
+    winner = "n1" if errors[0] == "" else "n2"
+    pod = await kube.get_pod("default", "a")
+    assert pod is not None and pod["spec"]["nodeName"] == winner
+    entry = scheduler.ledger.entry(PodUID(a["metadata"]["uid"]))
+    assert entry is not None and entry.node == winner  # the loser's undo left the winner's entry alone
+    assert used(scheduler, winner, 0).usedmem == 50_000
 
 
 async def test_failed_binding_post_releases_entry_and_leases(

@@ -58,6 +58,7 @@ def test_device_score_weights() -> None:
         ("slot=1,core=1,memory=1", ScoringWeights()),
         (" memory = 3 , slot=0,core=2", ScoringWeights(slot=0, core=2, memory=3)),
         (None, ScoringWeights()),
+        ("slot=1000000,core=0,memory=00000000000001", ScoringWeights(slot=1_000_000, core=0, memory=1)),
     ],
 )
 def test_parse_scoring_weights(text: str | None, weights: ScoringWeights) -> None:
@@ -75,6 +76,10 @@ def test_parse_scoring_weights(text: str | None, weights: ScoringWeights) -> Non
         "slot=a,core=1,memory=1",
         "slot=1,slot=1,memory=1",
         "slot:1,core=1,memory=1",
+        "slot=\u00b2,core=1,memory=1",  # a digit to str.isdigit(), not to int()
+        "slot=1000001,core=1,memory=1",
+        "slot=1" + "0" * 400 + ",core=1,memory=1",  # would overflow the score's float division
+        "slot=" + "9" * 5000 + ",core=1,memory=1",  # beyond int()'s 4300-digit limit
     ],
 )
 def test_bad_scoring_weights_are_errors(text: str) -> None:

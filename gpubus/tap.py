@@ -143,7 +143,12 @@ _FACTS: dict[type[Event], Callable[[Any], str]] = {
 
 
 def format_ts(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+    """``HH:MM:SS.mmm`` local time, or ``ts=<raw value>`` for one no clock can show (NaN, inf, 1e300):
+    the line matters more than its time."""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+    except (ValueError, OverflowError, OSError):
+        return f"ts={ts!r}"
 
 
 def render_line(event: Event) -> str:

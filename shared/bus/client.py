@@ -32,14 +32,14 @@ from shared.bus.consumer import (
     Subscription,
     open_subscription,
 )
-from shared.bus.errors import refusal_reason, translated
+from shared.bus.errors import EventRefused, refusal_reason, translated, translated_publish
 from shared.bus.fanout import Fanout, Route
 from shared.bus.kv import KV
 from shared.bus.lease import Lease
 from shared.bus.outbox import Outbox
 from shared.bus.settings import LOCKS, STREAM, BusSettings, check_settings, connect_options, redact_url
 from shared.bus.stats import BusStats
-from shared.codec import encode
+from shared.codec import MAX_EVENT_BYTES, encode
 from shared.errors import BusRefused, BusUnavailable
 from shared.events import Event, subject_for
 
@@ -105,6 +105,10 @@ class Bus:
         return self.stats.dropped
 
     @property
+    def refused(self) -> int:
+        return self.stats.refused
+
+    @property
     def decode_errors(self) -> int:
         return self.stats.decode_errors
 
@@ -130,12 +134,26 @@ class Bus:
 
     # -- events ---------------------------------------------------------------------------
     async def publish(self, event: Event) -> None:
-        """Publish to JetStream and wait for its ack; a repeated ``event.id`` is stored once."""
+        """Publish to JetStream and wait for its ack; a repeated ``event.id`` is stored once.
+
+        Raises ``EventRefused`` (logged and counted here; never retry it) when NATS can never
+        store the event, ``BusUnavailable`` when it cannot now.
+        """
         if not event.source:
             event = dataclasses.replace(event, source=self.source)
-        data = encode(event)
-        with translated(f"publish {event.KIND}"):
-            await self.js.publish(subject_for(event), data, headers={"Nats-Msg-Id": event.id})
+        what = f"publish {event.KIND}"
+        data = b""
+        try:
+            data = _encoded(event, what)
+            headers = {"Nats-Msg-Id": event.id}
+            _check_size(what, len(data), _header_bytes(headers), self.nc.max_payload)
+            with translated_publish(what):
+                await self.js.publish(subject_for(event), data, headers=headers)
+        except EventRefused as e:
+            self.stats.refused += 1
+            log.warning("dropping %s %s (%d bytes): NATS can never store it: %s", event.KIND, event.id,
+                        len(data), e)
+            raise
         self.stats.published += 1
 
     def emit(self, event: Event) -> None:
@@ -151,6 +169,7 @@ class Bus:
 
         Raises ``BusUnavailable`` when not acknowledged within ``within_s`` (default: the request
         timeout); the event then stays queued and is still sent, in order, when NATS is back.
+        Raises ``EventRefused`` when NATS can never store it; the events behind it still go out.
         """
         if self._closed:
             raise BusUnavailable(f"publish {event.KIND}: the bus is closed")
@@ -268,6 +287,28 @@ class Bus:
         with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
             if not self.nc.is_closed:
                 await self.nc.close()
+
+
+def _encoded(event: Event, what: str) -> bytes:
+    try:
+        return encode(event)
+    except (TypeError, ValueError, OverflowError) as e:  # what msgpack raises for a value it cannot pack
+        raise EventRefused(f"{what}: cannot be encoded: {e}") from e
+
+
+def _header_bytes(headers: dict[str, str]) -> int:
+    """Size of the header block nats-py sends (``NATS/1.0``, ``Key: value`` lines, a blank line)."""
+    return len(b"NATS/1.0\r\n\r\n") + sum(len(f"{k}: {v}\r\n".encode()) for k, v in headers.items())
+
+
+def _check_size(what: str, body: int, header: int, max_payload: int) -> None:
+    """Refuse what the server would refuse (it counts headers in max_payload, and closes the
+    connection over it; nats-py only checks the body) or what no consumer would decode."""
+    if body + header > max_payload:
+        raise EventRefused(f"{what}: {body} bytes and {header} header bytes exceed the server's "
+                           f"max_payload of {max_payload} bytes")
+    if body > MAX_EVENT_BYTES:
+        raise EventRefused(f"{what}: {body} bytes exceed the {MAX_EVENT_BYTES} bytes consumers decode")
 
 
 class _FirstConnect:

@@ -1,7 +1,8 @@
 """The one place where nats-py exceptions become gpubus errors (``raise ... from e``).
 
 Callers of the bus see only :mod:`shared.errors` types: ``BusUnavailable`` (retry later),
-``CasConflict`` (someone else wrote first), ``InvalidKey`` (bad input, never retry).
+``CasConflict`` (someone else wrote first), ``InvalidKey`` and ``EventRefused`` (bad input, never
+retry).
 """
 
 from __future__ import annotations
@@ -26,6 +27,23 @@ class InvalidKey(BadInput):
     """A KV key outside ``[-/_=.a-zA-Z0-9]+``."""
 
 
+class EventRefused(BadInput):
+    """NATS will never store this event (too large, refused by the stream, unencodable).
+
+    Not a ``BusUnavailable``: resending it cannot succeed, and retrying would hold up every
+    event queued behind it.
+    """
+
+
+#: nats-py errors on a publish that the same message would meet every time it is sent.
+_PERMANENT_PUBLISH_ERRORS: tuple[type[Exception], ...] = (
+    nats.errors.MaxPayloadError,
+    nats.errors.BadSubjectError,
+    nats.errors.BadHeaderError,
+    nats.js.errors.BadRequestError,  # 400 from the stream: message too large, stream sealed, ...
+)
+
+
 @contextmanager
 def translated(what: str) -> Iterator[None]:
     """Run a NATS call; re-raise its failures as gpubus errors naming ``what`` was attempted."""
@@ -38,9 +56,25 @@ def translated(what: str) -> Iterator[None]:
     except nats.js.errors.APIError as e:
         if e.err_code in WRONG_LAST_SEQUENCE:
             raise CasConflict(f"{what}: revision changed concurrently") from e
-        raise BusUnavailable(f"{what}: JetStream error {e.code} {e.err_code}: {e.description}") from e
+        raise BusUnavailable(f"{what}: {_detail(e)}") from e
     except (nats.errors.Error, TimeoutError, OSError) as e:
-        raise BusUnavailable(f"{what}: {type(e).__name__}: {e}") from e
+        raise BusUnavailable(f"{what}: {_detail(e)}") from e
+
+
+@contextmanager
+def translated_publish(what: str) -> Iterator[None]:
+    """:func:`translated` for a publish, where a refusal that would repeat raises ``EventRefused``."""
+    with translated(what):
+        try:
+            yield
+        except _PERMANENT_PUBLISH_ERRORS as e:
+            raise EventRefused(f"{what}: {_detail(e)}") from e
+
+
+def _detail(e: Exception) -> str:
+    if isinstance(e, nats.js.errors.APIError):
+        return f"JetStream error {e.code} {e.err_code}: {e.description}"
+    return f"{type(e).__name__}: {e}"
 
 
 def refusal_reason(e: BaseException) -> str | None:

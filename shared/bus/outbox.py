@@ -2,20 +2,23 @@
 
 ``emit`` must never block or raise, so events wait here while NATS is away and go out, in
 order, when it returns. When the queue is full the oldest event is dropped and counted:
-events are level-triggered snapshots or facts whose newest copy matters most. A caller that
-must know its event is stored, and stored after everything emitted before it (a decision after
-the release that freed its capacity), passes a future that the sender settles.
+events are level-triggered snapshots or facts whose newest copy matters most. An event NATS
+can never store (``EventRefused``) is dropped at once, so it cannot hold up the ones behind it.
+A caller that must know its event is stored, and stored after everything emitted before it (a
+decision after the release that freed its capacity), passes a future that the sender settles.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from shared.bus.errors import EventRefused
 from shared.bus.stats import BusStats
 from shared.errors import BusUnavailable
 from shared.events import Event
@@ -26,6 +29,14 @@ _BACKOFF_MIN_S = 0.05
 _BACKOFF_MAX_S = 2.0
 #: Publishes in flight at once: pipelining multiplies throughput, order is kept by the connection.
 _WINDOW = 64
+
+
+class _Outcome(enum.Enum):
+    SENT = enum.auto()
+    RETRY = enum.auto()
+    """NATS is away: send it again, and everything after it."""
+    REFUSED = enum.auto()
+    """NATS can never store it: dropped, never resent."""
 
 
 class Outbox:
@@ -86,10 +97,12 @@ class Outbox:
                 await self._wakeup.wait()
                 continue
             window = list(itertools.islice(self._queue, _WINDOW))
-            results = await asyncio.gather(*(self._send(e) for e in window))
-            sent = len(list(itertools.takewhile(bool, results)))
-            self._pop_sent(window[:sent])
-            if sent < len(window):
+            outcomes = await asyncio.gather(*(self._send(e) for e in window))
+            done = len(list(itertools.takewhile(lambda o: o is not _Outcome.RETRY, outcomes)))
+            self._pop_sent(window[:done])
+            later = zip(window[done:], outcomes[done:], strict=True)
+            self._forget([e for e, o in later if o is _Outcome.REFUSED])
+            if done < len(window):
                 # Resend from the first failure; Nats-Msg-Id dedup drops any later ones that landed.
                 self._stats.retries += 1
                 log.debug("outbox: NATS unavailable; retry in %.2fs (%d queued)", backoff, len(self._queue))
@@ -98,25 +111,34 @@ class Outbox:
             else:
                 backoff = _BACKOFF_MIN_S
 
-    async def _send(self, event: Event) -> bool:
-        """True when acknowledged (or unsendable and dropped), False to retry later."""
+    async def _send(self, event: Event) -> _Outcome:
         try:
             await self._publish(event)
         except BusUnavailable:
-            return False
-        except Exception as e:
-            # An event that can never be sent (e.g. unencodable) must not block the rest.
-            log.exception("outbox: dropping %s %s that cannot be published", event.KIND, event.id)
-            self._stats.dropped += 1
+            return _Outcome.RETRY
+        except EventRefused as e:  # the publisher logged and counted it
             self._settle(event, e)
-        return True
+            return _Outcome.REFUSED
+        except Exception as e:
+            # Unforeseen, but it must not block the events behind it either.
+            log.exception("outbox: dropping %s %s that cannot be published", event.KIND, event.id)
+            self._stats.refused += 1
+            self._settle(event, e)
+            return _Outcome.REFUSED
+        return _Outcome.SENT
+
+    def _forget(self, refused: list[Event]) -> None:
+        """Take refused events out wherever they wait (behind a failure too): a resend cannot help."""
+        if refused:
+            gone = {id(e) for e in refused}
+            self._queue = deque(e for e in self._queue if id(e) not in gone)
 
     def _pop_sent(self, sent: list[Event]) -> None:
         for event in sent:
             # put() may have dropped it from the head while it was in flight.
             if self._queue and self._queue[0] is event:
                 self._queue.popleft()
-            self._settle(event, None)
+            self._settle(event, None)  # a no-op for a refused one: settled with its error already
 
     def _settle(self, event: Event, error: BaseException | None) -> None:
         ack = self._acks.pop(id(event), None)

@@ -12,7 +12,10 @@ class BusStats:
     published: int = 0
     """Events acknowledged by JetStream (publish and emit)."""
     dropped: int = 0
-    """Events the outbox dropped because it was full (NATS down too long)."""
+    """Events the outbox dropped because it was full (NATS down too long) or closed."""
+    refused: int = 0
+    """Events NATS can never store (over max_payload, refused by the stream, unencodable): dropped
+    at once, never retried. Apart from ``dropped``: a bug or bad input, not an outage."""
     retries: int = 0
     """Outbox publish attempts that failed and were retried."""
     decode_errors: int = 0
@@ -22,4 +25,6 @@ class BusStats:
     consumed: int = 0
     """Messages handled successfully and acked."""
     disconnects: int = 0
+    """Times the connection to NATS was lost."""
     reconnects: int = 0
+    """Times it was re-established."""

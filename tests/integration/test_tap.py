@@ -1,7 +1,9 @@
 """``gpubus tap`` as a user runs it: the real CLI in a subprocess against the real server.
 
 Cases: --all replays history as readable lines; --json gives JSON lines with kind/v;
---node and --pod filter; an undecodable message is printed, not dropped; live events
+--node and --pod filter; an undecodable message is printed, not dropped; an event whose time
+no clock can show (NaN, inf, 1e300) is printed once, its time as the raw value, or as
+undecodable where the codec refuses it, never a traceback; live events
 arrive after start; a bad --since, --pod or --count, or --since with --all, is a
 one-line error with exit code 2.
 """
@@ -19,6 +21,7 @@ import pytest
 from asyncwait import wait_until
 
 from shared.bus import Bus
+from shared.codec import to_wire
 from shared.events import AllocationReleased, DeviceHealth
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +76,22 @@ async def test_undecodable_message_is_shown_not_dropped(bus: Bus, nats_url: str)
     assert "UNDECODABLE" in lines[0] and "gpubus.allocation.released.node-1" in lines[0]
     assert "unknown event kind" in lines[0]
     assert "allocation.released" in lines[1]
+
+
+async def test_event_with_a_time_no_clock_can_show_is_printed_once(bus: Bus, nats_url: str) -> None:
+    for i, ts in enumerate([float("nan"), float("inf"), 1e300]):
+        body = msgpack.packb({**to_wire(released("node-t", name=f"p{i}")), "ts": ts,
+                              "kind": "allocation.released", "v": 1})
+        await bus.js.publish("gpubus.allocation.released.node-t", body)
+    await bus.publish(released("node-t", name="fine"))
+    code, lines, err = await run_tap(nats_url, "allocation.>", "--all", "--count", "4")
+    assert code == 0 and "Traceback" not in err
+    assert len(lines) == 4
+    for line, raw in zip(lines[:2], ["ts=nan", "ts=inf"], strict=True):  # the codec may refuse these
+        assert ("UNDECODABLE" in line and "gpubus.allocation.released.node-t" in line) or (
+            line.startswith(raw) and "ns/p" in line)
+    assert lines[2].startswith("ts=1e+300 allocation.released") and "ns/p2" in lines[2]
+    assert "ns/fine" in lines[3]
 
 
 async def test_live_events_arrive_after_start(bus: Bus, nats_url: str) -> None:

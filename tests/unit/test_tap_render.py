@@ -96,3 +96,10 @@ def test_undecodable_rendering() -> None:
     assert "UNDECODABLE gpubus.a.b.c (3 bytes): bad" in " ".join(
         render_undecodable("gpubus.a.b.c", 3, "bad", as_json=False).split())
     assert json.loads(render_undecodable("s", 1, "r", as_json=True))["undecodable"] is True
+
+
+@pytest.mark.parametrize(("ts", "shown"), [(float("nan"), "ts=nan"), (float("inf"), "ts=inf"),
+                                           (1e300, "ts=1e+300"), (-1e300, "ts=-1e+300")])
+def test_a_time_no_clock_can_show_is_printed_as_its_raw_value(ts: float, shown: str) -> None:
+    event = AllocationReleased(pod_uid="u", namespace="n", name="p", why="deleted", node="n1", ts=ts)
+    assert render_line(event).split()[:3] == [shown, "allocation.released", "n1"]

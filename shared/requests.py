@@ -4,6 +4,7 @@ API:
     ResourceNames                 settings: resource names, defaultMemory/Cores/GPUNum, memoryFactor
     DEFAULT_NAMES                 the HAMi chart defaults
     parse_quantity(raw) -> int    exact integer value of a Kubernetes quantity (str, int or integral float)
+    checked_quantity(container, resource, raw, *, upper) -> int   0..upper, else InvalidQuantity
     container_request(container, names, *, name) -> ContainerRequest | None
     pod_request(pod, names=DEFAULT_NAMES) -> PodRequest   (init containers first, then app containers)
     InvalidQuantity               RequestError naming container, resource and value
@@ -27,9 +28,17 @@ from shared.errors import RequestError
 from shared.model import PERCENT_UNSET, ContainerRequest, ContainerSpec, PodRequest, PodUID
 
 MAX_INT32 = 2**31 - 1
+#: Kubernetes' ``Quantity.Value()`` is an int64; nothing larger is an amount of anything here.
+MAX_INT64 = 2**63 - 1
+#: Checked on the text before any arithmetic: "1e30000000" is 11 bytes but a 30-million-digit
+#: integer (seconds of CPU, then an int too long to print). Every int64 fits well inside both.
+MAX_EXPONENT = 40
+MAX_DIGITS = 40
 
+# ASCII digits only ([0-9], not \d): Kubernetes quantities are ASCII, so fullwidth or
+# Arabic-Indic digits are not numbers.
 _QUANTITY = re.compile(
-    r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+    r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
 )
 _SUFFIX = {
     "Ki": Fraction(2**10),
@@ -83,31 +92,52 @@ class InvalidQuantity(RequestError):
     """A GPU resource quantity of one container cannot be used."""
 
     def __init__(self, container: str, resource: str, value: object, why: str) -> None:
-        super().__init__(f"container {container!r}: {resource}={value!r} is invalid: {why}")
+        super().__init__(f"container {container!r}: {resource}={_shown(value)} is invalid: {why}")
         self.container = container
         self.resource = resource
         self.value = value
 
 
+def _shown(value: object, limit: int = 80) -> str:
+    """The value as a message shows it, bounded: it came from the request, and a huge int has no repr."""
+    if isinstance(value, int) and abs(value) > MAX_INT64:
+        return f"<{value.bit_length()}-bit integer>"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def parse_quantity(raw: object) -> int:
-    """The exact integer value of a Kubernetes quantity; ``ValueError`` if it has none."""
+    """The exact integer value of a Kubernetes quantity within int64; ``ValueError`` if it has none."""
     if isinstance(raw, bool):
         raise ValueError("not a quantity")
     if isinstance(raw, int):
-        return raw
-    if isinstance(raw, float):
+        value = raw
+    elif isinstance(raw, float):
         if not raw.is_integer():
             raise ValueError("not an integer")
-        return int(raw)
-    if not isinstance(raw, str):
+        value = int(raw)
+    elif isinstance(raw, str):
+        value = _parse_text(raw)
+    else:
         raise ValueError("not a quantity")
+    if abs(value) > MAX_INT64:
+        raise ValueError(f"out of range (magnitude above {MAX_INT64})")
+    return value
+
+
+def _parse_text(raw: str) -> int:
     m = _QUANTITY.match(raw.strip())
     if m is None:
         raise ValueError("not a quantity")
     sign, digits, exponent, suffix = m.groups()
+    # Bounded before computing, so that hostile text is refused in microseconds.
+    if len(digits) > MAX_DIGITS or len(exponent or "") > MAX_DIGITS:
+        raise ValueError(f"more than {MAX_DIGITS} digits")
+    if exponent is not None and abs(int(exponent)) > MAX_EXPONENT:
+        raise ValueError(f"exponent {int(exponent)} out of range (at most {MAX_EXPONENT} either way)")
     value = Fraction(digits)
-    if exponent:
-        value *= Fraction(10) ** int(exponent[1:])
+    if exponent is not None:
+        value *= Fraction(10) ** int(exponent)
     if suffix:
         value *= _SUFFIX[suffix]
     if value.denominator != 1:
@@ -115,7 +145,8 @@ def parse_quantity(raw: object) -> int:
     return -int(value) if sign == "-" else int(value)
 
 
-def _int(container: str, resource: str, raw: object, *, upper: int = MAX_INT32) -> int:
+def checked_quantity(container: str, resource: str, raw: object, *, upper: int = MAX_INT32) -> int:
+    """A GPU resource's value in 0..``upper`` (int32 by default: HAMi's wire and HAMi-core's C ints)."""
     try:
         value = parse_quantity(raw)
     except ValueError as e:
@@ -153,13 +184,13 @@ def container_request(
             return None
         nums = names.default_gpu_num
     else:
-        nums = _int(name, names.count, count_raw)
+        nums = checked_quantity(name, names.count, count_raw)
     if nums == 0:
         return None
     memreq = 0
     if mem_raw is not None:
         factor = max(names.memory_factor, 1)
-        memreq = _int(name, names.memory, mem_raw, upper=MAX_INT32 // factor) * factor
+        memreq = checked_quantity(name, names.memory, mem_raw, upper=MAX_INT32 // factor) * factor
     pct = PERCENT_UNSET
     if pct_raw is not None:
         try:
@@ -173,7 +204,7 @@ def container_request(
             memreq = names.default_memory
         else:
             pct = 100
-    cores = names.default_cores if core_raw is None else _int(name, names.cores, core_raw)
+    cores = names.default_cores if core_raw is None else checked_quantity(name, names.cores, core_raw)
     return ContainerRequest(nums=nums, memreq=memreq, mempercentagereq=pct, coresreq=cores)
 
 

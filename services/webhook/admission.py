@@ -25,7 +25,7 @@ from services.webhook.quota import NO_QUOTA, QuotaView, exceeded, pod_demand
 from services.webhook.reviews import AdmissionRequest, PatchOp
 from shared.errors import RequestError
 from shared.model import ContainerRequest
-from shared.requests import DEFAULT_NAMES, ResourceNames, parse_quantity, pod_request
+from shared.requests import DEFAULT_NAMES, ResourceNames, checked_quantity, parse_quantity, pod_request
 
 DEFAULT_SCHEDULER = "default-scheduler"
 IGNORE_LABEL = "hami.io/webhook"
@@ -216,7 +216,8 @@ def _mutate_container(c: dict[str, object], spec: dict[str, object], s: Admissio
         names.priority
     )
     if priority is not None:
-        _set_env(c, TASK_PRIORITY_ENV, str(_quantity(priority, cname, names.priority)))
+        # Range-checked like the other GPU resources: HAMi-core reads it into a C int.
+        _set_env(c, TASK_PRIORITY_ENV, str(checked_quantity(cname, names.priority, priority)))
     if s.gpu_core_policy != GpuCorePolicy.DEFAULT:
         _set_env(c, limiter.CORE_POLICY_ENV, s.gpu_core_policy.value)
     gpu = _add_implied_count(c, names)
@@ -315,13 +316,6 @@ def _resource(c: Mapping[str, object], name: str) -> object | None:
     resources = _map(c.get("resources"), "resources")
     limit = _map(resources.get("limits"), "resources.limits").get(name)
     return limit if limit is not None else _map(resources.get("requests"), "resources.requests").get(name)
-
-
-def _quantity(raw: object, container: str, resource: str) -> int:
-    try:
-        return parse_quantity(raw)
-    except ValueError as e:
-        raise RequestError(f"container {container!r}: {resource}={raw!r} is invalid: {e}") from None
 
 
 def _copy_spec(spec: Mapping[str, object]) -> dict[str, object]:

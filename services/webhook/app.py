@@ -16,7 +16,7 @@ from aiohttp import web
 from services.webhook.buslink import BusLink
 from services.webhook.metrics import WebhookMetrics
 from services.webhook.quota_cache import QuotaCache
-from services.webhook.server import Deps, build_app
+from services.webhook.server import Deps, build_runner
 from services.webhook.settings import WebhookSettings
 from services.webhook.tls import CertReloader
 from shared.bus import BusSettings
@@ -58,7 +58,7 @@ class Webhook:
             source=settings.source,
             bus_state=lambda: bus.state,
         )
-        runner = web.AppRunner(build_app(deps), access_log=None, handle_signals=False)
+        runner = build_runner(deps)
         await runner.setup()
         webhook = cls(settings=settings, bus=bus, metrics=metrics, runner=runner, kube=kube, tls=tls)
         try:

@@ -20,6 +20,8 @@ class BadRequestKind(StrEnum):
     MISSING_REQUEST = "missing_request"
     MISSING_UID = "missing_uid"
     BAD_OBJECT = "bad_object"
+    BAD_ENCODING = "bad_encoding"
+    """A Content-Encoding the webhook does not know, or a body that does not decode with it."""
 
 
 class BadReview(BadInput):

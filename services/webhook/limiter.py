@@ -3,7 +3,8 @@
 HAMi-core (``libvgpu.so``) reads its limits from env vars the device plugin sets; a container that
 sets them itself, or ``LD_PRELOAD``s a CUDA/NVML library ahead of the limiter, escapes its slice.
 Only what the pod spec shows can be checked: env names, literal ``LD_PRELOAD`` values and the
-``prefix`` of ``envFrom`` (the keys of a referenced ConfigMap or Secret are not visible here).
+``prefix`` of ``envFrom`` (the keys of a referenced ConfigMap or Secret are not visible here), so a
+value taken from a reference (``valueFrom`` or a ``$(VAR)`` expansion) is refused, not guessed at.
 Pure; knows nothing about HTTP or Kubernetes clients.
 """
 
@@ -20,6 +21,10 @@ CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
 #: Core policy values a pod may carry whatever the configuration: they limit, never unlimit.
 HARMLESS_CORE_POLICIES = frozenset({"default", "force"})
 PRELOAD_ENV = "LD_PRELOAD"
+#: Kubernetes expands ``$(VAR)`` in env values from earlier entries, ``envFrom`` keys and service
+#: variables; the last two are invisible here, so expanding cannot be exact and any ``$(`` is refused.
+#: That includes the ``$$(`` escape, which no real library path needs.
+VAR_REFERENCE = "$("
 #: Library names that, preloaded, sit in front of (or replace) the limiter's interception.
 DEFAULT_PRELOAD_MARKERS = ("libvgpu", "libcuda", "libnvidia-ml", "libnvcuvid", "libcudart")
 
@@ -42,7 +47,7 @@ def tampering(
             continue
         if is_protected(var):
             return f"container {name} sets {var}, which would bypass the GPU limiter"
-        if var == CORE_POLICY_ENV and env.get("value") not in HARMLESS_CORE_POLICIES | {core_policy}:
+        if var == CORE_POLICY_ENV and not _harmless_policy(env.get("value"), core_policy):
             return f"container {name} sets {var}, which would bypass the GPU core limit"
         if var == PRELOAD_ENV:
             why = _preload_problem(env, name, tuple(preload_markers))
@@ -58,9 +63,14 @@ def tampering(
     return None
 
 
+def _harmless_policy(value: object, core_policy: str) -> bool:
+    """Only a literal harmless value: ``$(VAR)`` or ``valueFrom`` could expand to ``disable``."""
+    return isinstance(value, str) and value in HARMLESS_CORE_POLICIES | {core_policy}
+
+
 def _preload_problem(env: Mapping[str, object], name: str, markers: tuple[str, ...]) -> str | None:
     value = env.get("value")
-    if env.get("valueFrom") is not None:
+    if env.get("valueFrom") is not None or (isinstance(value, str) and VAR_REFERENCE in value):
         return (
             f"container {name} takes {PRELOAD_ENV} from a reference, which cannot be checked for the limiter"
         )

@@ -81,10 +81,16 @@ def decode_review(body: bytes) -> tuple[str, AdmissionRequest]:
     if not isinstance(doc, dict) or doc.get("kind") != "AdmissionReview":
         raise BadReview(BadRequestKind.NOT_A_REVIEW, "request body is not an AdmissionReview")
     api_version = doc.get("apiVersion")
-    if api_version not in API_VERSIONS:
+    # isinstance first: a list or object is unhashable, so a set lookup would raise TypeError.
+    if not isinstance(api_version, str) or api_version not in API_VERSIONS:
+        shown = (
+            f"of type {type(api_version).__name__}"
+            if isinstance(api_version, list | dict)
+            else repr(api_version)
+        )
         raise BadReview(
             BadRequestKind.UNSUPPORTED_VERSION,
-            f"unsupported AdmissionReview apiVersion {api_version!r} (want one of {sorted(API_VERSIONS)})",
+            f"unsupported AdmissionReview apiVersion {shown} (want one of {sorted(API_VERSIONS)})",
         )
     request = doc.get("request")
     if not isinstance(request, dict):

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from services.webhook.admission import AdmissionDecision, AdmissionSettings, admit
@@ -42,6 +42,11 @@ class Deps:
     source: str = "webhook"
     bus_state: Callable[[], str] = lambda: "connecting"
     """``connected``, ``connecting`` or ``failed``; reported by /readyz, never required."""
+
+
+def build_runner(deps: Deps) -> web.AppRunner:
+    """The app's runner; aiohttp does not decompress (see :func:`check_encoding`)."""
+    return web.AppRunner(build_app(deps), access_log=None, handle_signals=False, auto_decompress=False)
 
 
 def build_app(deps: Deps) -> web.Application:
@@ -91,9 +96,25 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
             BadRequestKind.TOO_LARGE, f"request body of {length} bytes exceeds the {limit} byte limit"
         )
     try:
-        return await request.read()
+        body = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise BadReview(BadRequestKind.TOO_LARGE, f"request body exceeds the {limit} byte limit") from None
+    check_encoding(request.headers.get(hdrs.CONTENT_ENCODING, ""))
+    return body
+
+
+def check_encoding(encoding: str) -> None:
+    """Refuse a compressed body: the API server sends AdmissionReviews as plain JSON.
+
+    aiohttp would decompress by itself, answering bytes that do not decode with a 500 and a
+    traceback, or an encoding it lacks with its own plain-text 400; refusing them here (the app
+    runs with ``auto_decompress=False``) makes every one this webhook's counted 400.
+    """
+    if encoding.strip().lower() not in ("", "identity"):
+        raise BadReview(
+            BadRequestKind.BAD_ENCODING,
+            f"Content-Encoding {encoding[:64]!r} is not accepted: send the AdmissionReview as plain JSON",
+        )
 
 
 def _record(deps: Deps, decision: AdmissionDecision, req: AdmissionRequest) -> None:

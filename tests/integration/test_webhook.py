@@ -1,17 +1,22 @@
 """The webhook over real HTTPS on a loopback socket, with a CA generated per test session.
 
 Case matrix: AdmissionReview v1 / v1beta1 x ``/webhook`` / ``/mutate`` x admitted / denied;
-bad bodies (not JSON, not a review, unknown version, no request, no uid, object not a map,
-over 1 MiB with and without Content-Length); ``/healthz`` ``/readyz`` ``/metrics``; NATS down
-(admission still answers, events go out once NATS is up); events on a real NATS.
+bad bodies (not JSON, not a review, unknown or non-string version, no request, no uid, object not a
+map, over 1 MiB with and without Content-Length); a compressed body (any Content-Encoding but
+identity) refused, identity reviewed; out-of-range quantities denied;
+``/healthz`` ``/readyz`` ``/metrics``; NATS down (admission still answers, events go out once NATS
+is up); events on a real NATS.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import io
 import json
+import logging
 import ssl
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -102,7 +107,12 @@ def gpu_pod(name: str = "train", **limits: Any) -> dict[str, Any]:
 
 
 async def post(
-    session: aiohttp.ClientSession, webhook: Webhook, body: Any, path: str = "/webhook", **kw: Any
+    session: aiohttp.ClientSession,
+    webhook: Webhook,
+    body: Any,
+    path: str = "/webhook",
+    headers: dict[str, str] | None = None,
+    **kw: Any,
 ) -> tuple[int, dict[str, Any]]:
     data = body if isinstance(body, bytes) or not isinstance(body, dict | list) else json.dumps(body).encode()
     if isinstance(data, bytes) and len(data) > 1 << 20:
@@ -110,7 +120,7 @@ async def post(
     async with session.post(
         f"https://localhost:{webhook.port}{path}",
         data=data,
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **(headers or {})},
         **kw,
     ) as resp:
         return resp.status, await resp.json()
@@ -184,6 +194,16 @@ BAD_BODIES = [
         id="unknown version",
     ),
     pytest.param(
+        {"apiVersion": ["admission.k8s.io/v1"], "kind": "AdmissionReview", "request": {}},
+        "unsupported_version",
+        id="version a list",
+    ),
+    pytest.param(
+        {"apiVersion": {"v": 1}, "kind": "AdmissionReview", "request": {}},
+        "unsupported_version",
+        id="version an object",
+    ),
+    pytest.param(
         {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "missing_request", id="no request"
     ),
     pytest.param(
@@ -249,6 +269,78 @@ async def test_bodies_over_one_mebibyte_are_refused_with_413(
         assert 'gpubus_webhook_bad_requests_total{kind="too_large"} 2.0' in await metrics_text(
             session, webhook
         )
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+ENCODED = [
+    pytest.param("gzip", gzip.compress(json.dumps(review(gpu_pod())).encode()), id="gzip"),
+    pytest.param("deflate", zlib.compress(json.dumps(review(gpu_pod())).encode()), id="deflate"),
+    pytest.param("gzip", b"not-compressed-at-all", id="gzip garbage"),
+    pytest.param("deflate", b"not-compressed-at-all", id="deflate garbage"),
+    pytest.param("gzip", gzip.compress(b" " * (8 << 20)), id="gzip bomb"),
+    pytest.param("br", b"\x1b\x00\x00", id="br"),
+    pytest.param("zstd", b"\x28\xb5\x2f\xfd", id="zstd"),
+    pytest.param("compress", b"x", id="unknown"),
+]
+
+
+@pytest.mark.parametrize(("encoding", "data"), ENCODED)
+async def test_an_encoded_body_is_a_counted_400_without_a_traceback(
+    ca: trustme.CA,
+    cert_files: tuple[Path, Path],
+    caplog: pytest.LogCaptureFixture,
+    encoding: str,
+    data: bytes,
+) -> None:
+    # the API server sends plain JSON; aiohttp's own decoding answered garbage with a 500
+    async with serving(cert_files) as webhook, client(ca) as session:
+        status, answer = await post(session, webhook, data, headers={"Content-Encoding": encoding})
+        text = await metrics_text(session, webhook)
+    assert status == 400
+    assert answer["kind"] == "AdmissionReview" and answer["response"]["allowed"] is False
+    status_ = answer["response"]["status"]
+    assert status_["code"] == 400 and "plain JSON" in status_["message"]
+    assert 'gpubus_webhook_bad_requests_total{kind="bad_encoding"} 1.0' in text
+    assert 'result="errored"' not in text
+    assert errors_logged(caplog) == []
+
+
+async def test_an_identity_encoded_body_is_reviewed(ca: trustme.CA, cert_files: tuple[Path, Path]) -> None:
+    plain = json.dumps(review(gpu_pod())).encode()
+    async with serving(cert_files) as webhook, client(ca) as session:
+        status, answer = await post(session, webhook, plain, headers={"Content-Encoding": "identity"})
+    assert status == 200 and answer["response"]["uid"] == UID and answer["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("resource", "value"),
+    [
+        ("nvidia.com/priority", "1e5000"),
+        ("nvidia.com/gpumem-percentage", "1e5000"),
+        ("nvidia.com/gpu", "1e10000000"),
+        ("nvidia.com/priority", "99999999999999999999"),
+        ("nvidia.com/gpucores", "\u0665\u0660"),
+    ],
+)
+async def test_unusable_quantities_are_denied_naming_container_and_resource_not_errored(
+    ca: trustme.CA,
+    cert_files: tuple[Path, Path],
+    caplog: pytest.LogCaptureFixture,
+    resource: str,
+    value: str,
+) -> None:
+    async with serving(cert_files) as webhook, client(ca) as session:
+        status, answer = await post(session, webhook, review(gpu_pod(**{resource: value})))
+        text = await metrics_text(session, webhook)
+    response = answer["response"]
+    assert status == 200 and response["uid"] == UID and response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert "'main'" in response["status"]["message"] and resource in response["status"]["message"]
+    assert 'gpubus_webhook_decisions_total{outcome="InvalidQuantity"} 1.0' in text
+    assert errors_logged(caplog) == []
 
 
 async def test_health_readiness_and_metrics(ca: trustme.CA, cert_files: tuple[Path, Path]) -> None:

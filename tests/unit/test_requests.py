@@ -2,7 +2,8 @@
 
 Cases: bare count, count+memory, memory without count, percentage clamping and the 101 sentinel,
 defaults (defaultMemory, defaultCores, defaultGPUNum), memoryFactor, limits over requests per resource,
-containers without GPU, init containers first, and every kind of invalid quantity.
+containers without GPU, init containers first, and every kind of invalid quantity (non-ASCII digits,
+values beyond int64, exponents too large to compute).
 """
 
 from __future__ import annotations
@@ -110,6 +111,11 @@ def test_custom_resource_names() -> None:
         ({"nvidia.com/gpu": -1}, "nvidia.com/gpu"),
         ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": "half"}, "nvidia.com/gpucores"),
         ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": "x"}, "nvidia.com/gpumem-percentage"),
+        ({"nvidia.com/gpu": "\uff11"}, "nvidia.com/gpu"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": "\u0665\u0660"}, "nvidia.com/gpucores"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "1e5000"}, "nvidia.com/gpumem"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": "1e5000"}, "nvidia.com/gpumem-percentage"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 10**5000}, "nvidia.com/gpumem-percentage"),
     ],
 )
 def test_invalid_quantity_names_container_resource_and_value(
@@ -141,6 +147,12 @@ def test_memory_over_int32_divided_by_factor_is_invalid() -> None:
         ("1500m", None),
         (" 7 ", 7),
         ("+3", 3),
+        ("1000e-3", 1),
+        ("7Ei", 7 * 2**60),
+        ("1e18", 10**18),
+        ("9223372036854775807", 2**63 - 1),
+        ("-9223372036854775807", -(2**63 - 1)),
+        (2**63 - 1, 2**63 - 1),
     ],
 )
 def test_parse_quantity(raw: object, value: int | None) -> None:
@@ -149,6 +161,35 @@ def test_parse_quantity(raw: object, value: int | None) -> None:
             parse_quantity(raw)
     else:
         assert parse_quantity(raw) == value
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "1e5000",
+        "-1e5000",
+        "1e10000000",
+        "1e-10000000",
+        "0e99999999999999999999",
+        "9" * 100,
+        "1" + "0" * 19,
+        "9223372036854775808",
+        "8Ei",
+        2**63,
+        -(2**63),
+        1e300,
+    ],
+)
+def test_quantities_beyond_int64_or_with_huge_exponents_are_refused(raw: object) -> None:
+    """Bounded on the text before any arithmetic, so "1e10000000" (11 bytes) costs no CPU."""
+    with pytest.raises(ValueError, match=r"range|digits"):
+        parse_quantity(raw)
+
+
+@pytest.mark.parametrize("raw", ["\uff11", "\u0665\u0660", "1e\u0663", "\u0661.5k", "\U0001d7d9"])
+def test_quantities_take_ascii_digits_only(raw: str) -> None:
+    with pytest.raises(ValueError, match="not a quantity"):
+        parse_quantity(raw)
 
 
 def test_pod_request_puts_init_containers_first() -> None:

@@ -34,7 +34,8 @@ from services.scheduler.quota_cache import QuotaCache
 from services.scheduler.reconcile import Reconciler
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
-from shared.bus import Bus, BusSettings, Subscription
+from shared.bus import Bus, BusSettings, BusStats, Subscription
+from shared.bus.metrics import BusStatsCollector
 from shared.kube import KubeApi, KubeClient
 from shared.model import NodeName
 
@@ -63,6 +64,7 @@ class SchedulerApp:
         self.replica = settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.ledger = Ledger()
         self.metrics = SchedulerMetrics(self.ledger, legacy=settings.legacy_metrics)
+        self.metrics.registry.register(BusStatsCollector(self._bus_stats))
         self.names = settings.names()
         self.quotas: QuotaCache | None = None
         self.placement = Placement(
@@ -89,6 +91,10 @@ class SchedulerApp:
         self.forwarder: BindForwarder
         self.phases: BindPhaseWriter
         self.extender: Extender
+
+    def _bus_stats(self) -> BusStats | None:
+        """The bus's counters for /metrics; None until :meth:`start` connects it."""
+        return self.bus.stats if hasattr(self, "bus") else None
 
     # --- lifecycle -------------------------------------------------------------------------
 

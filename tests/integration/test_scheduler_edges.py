@@ -4,7 +4,8 @@ Case matrix: a node deleted from the API server stops being judged (``node unreg
 undecodable entry in the ``allocations`` and in the ``inventory`` bucket is counted and skipped
 while the good ones keep working; a bound pod whose ``vgpu-devices-allocated`` annotation cannot
 be decoded is counted and not adopted; a ledger entry under another pod's key, an inventory
-listing a device twice and a verdict from a node the pod is not on are counted and ignored; an
+listing a device twice and a verdict from a node the pod is not on are counted and ignored, and
+so is an event that is not one (on the bus's counters); an
 inventory stamped in the future does not hide the node's later ones; a forwarded bind whose
 payload is unusable gets a clear Error and is counted; an owned task that raises stops the whole
 scheduler instead of leaving it limping without, say, its pod watch.
@@ -169,6 +170,14 @@ async def test_a_verdict_from_a_node_the_pod_is_not_on_is_counted_and_ignored(
     entry = scheduler.ledger.entry(PodUID(uid))
     assert entry is not None and entry.state is AllocationState.DECIDED
     assert _used(scheduler, "n1").usedmem == 70_000
+
+
+async def test_an_undecodable_event_is_counted_on_metrics(
+    bus: Bus, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    assert await metrics_has(client, "gpubus_bus_decode_errors_total 0.0")
+    await bus.js.publish("gpubus.allocation.applied.n1", b"\xc1 not msgpack")
+    await wait_until(lambda: metrics_has(client, "gpubus_bus_decode_errors_total 1.0"), what="counted")
 
 
 async def test_a_bound_pod_with_an_undecodable_devices_annotation_is_counted_not_adopted(

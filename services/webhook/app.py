@@ -20,6 +20,7 @@ from services.webhook.server import Deps, build_runner
 from services.webhook.settings import WebhookSettings
 from services.webhook.tls import CertReloader
 from shared.bus import BusSettings
+from shared.bus.metrics import BusStatsCollector
 from shared.kube import KubeClient
 from shared.service import bound_port, on_stop_signals
 
@@ -44,6 +45,7 @@ class Webhook:
         admission = settings.admission()  # an invalid policy fails here, before anything is opened
         bus = BusLink(bus_settings, source=settings.source)
         metrics = WebhookMetrics(dropped_events=lambda: bus.dropped)
+        metrics.registry.register(BusStatsCollector(lambda: bus.stats))
         tls = _tls(settings, metrics)
         kube = await _kube(settings)
         quotas = QuotaCache(

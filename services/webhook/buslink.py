@@ -14,7 +14,7 @@ import logging
 from collections import deque
 from typing import Protocol
 
-from shared.bus import Bus, BusSettings
+from shared.bus import Bus, BusSettings, BusStats
 from shared.errors import GpubusError
 from shared.events import Event
 
@@ -59,6 +59,11 @@ class BusLink:
         if self.failed is not None:
             return "failed"
         return "connected" if self.connected else "connecting"
+
+    @property
+    def stats(self) -> BusStats | None:
+        """The connected bus's counters; None while connecting."""
+        return self._bus.stats if self._bus is not None else None
 
     @property
     def dropped(self) -> int:

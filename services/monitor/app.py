@@ -29,7 +29,8 @@ from services.monitor.settings import MonitorSettings, SourceKind
 from services.monitor.sources.hamicore import CONTAINERS_DIR, HamiCoreSource
 from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
 from services.monitor.sources.sim import SimSource
-from shared.bus import ANY
+from shared.bus import ANY, BusStats
+from shared.bus.metrics import BusStatsCollector
 from shared.codec import from_wire
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
@@ -60,6 +61,8 @@ class BusPort(Protocol):
         deliver: str | float = "new",
     ) -> Any: ...
     async def kv(self, bucket: str) -> Any: ...
+    @property
+    def stats(self) -> BusStats: ...
 
 
 def build_sources(
@@ -111,6 +114,7 @@ class MonitorApp:
             ledger_decode_errors=lambda: self.ledger_decode_errors,
         )
         self.registry = make_registry(self.collector)
+        self.registry.register(BusStatsCollector(lambda: None if bus is None else bus.stats))
         self.metrics_port = 0
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -206,18 +210,31 @@ class MonitorApp:
 
     def _set_devices(self, monitor: Monitor, value: bytes) -> None:
         try:
-            monitor.ledger.devices = from_wire(Inventory, msgpack.unpackb(value, raw=False)).devices
+            inventory = from_wire(Inventory, msgpack.unpackb(value, raw=False))
         except (EventDecodeError, ValueError) as e:
             self.ledger_decode_errors += 1
             log.warning("skipping undecodable inventory entry of %s: %s", monitor.node, e)
+            return
+        if inventory.node != monitor.node:  # the key says whose it is; a body naming another is unusable
+            self.ledger_decode_errors += 1
+            log.warning("skipping inventory entry %s: it names node %r", monitor.node, inventory.node)
+            return
+        monitor.ledger.devices = inventory.devices
 
     def _decode(self, key: str, value: bytes) -> Allocation | None:
+        """The entry under ``key``; None (counted) when undecodable or naming another pod, which
+        would replace that pod's own entry in the ledger while KV keeps both."""
         try:
-            return decode_allocation(value)
+            allocation = decode_allocation(value)
         except EventDecodeError as e:
             self.ledger_decode_errors += 1
             log.warning("skipping undecodable allocations entry %s: %s", key, e)
             return None
+        if allocation.pod_uid != key:
+            self.ledger_decode_errors += 1
+            log.warning("skipping allocations entry %s: it names pod %s", key, allocation.pod_uid)
+            return None
+        return allocation
 
     async def on_event(self, event: Event) -> None:
         """Route a ledger or inventory event to the monitor(s) it concerns."""

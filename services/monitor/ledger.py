@@ -2,16 +2,20 @@
 
 Rebuilt from the ``allocations`` KV bucket on start and kept current by ``allocation.decided``
 and ``allocation.released`` events; it also keeps the node's registered devices (``inventory``)
-for labelling. This module only holds and queries that state (no I/O).
+for labelling. This module only holds and queries that state (no I/O beyond a log line).
 Limits are the decided slice, in bytes (the model's MiB x 2^20).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from shared.model import Allocation, AllocationState, DeviceInfo
+from services.monitor.readings import MAX_BYTES
+from shared.model import Allocation, AllocationState, ContainerDevice, DeviceInfo
+
+log = logging.getLogger(__name__)
 
 MIB = 1 << 20
 
@@ -42,6 +46,8 @@ class Ledger:
         self._slices: dict[tuple[str, str], tuple[Slice, ...]] = {}
         self.devices: tuple[DeviceInfo, ...] = ()
         """The node's devices as last registered (empty until an inventory is seen)."""
+        self.bad_limits = 0
+        """Slices refused a limit because ``usedmem`` x 2^20 is no byte count (counted per apply)."""
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -68,7 +74,7 @@ class Ledger:
                 Slice(
                     uuid=d.uuid,
                     vindex=i,
-                    limit_bytes=d.usedmem * MIB,
+                    limit_bytes=self._limit(allocation, name, d),
                     cores=d.usedcores,
                     index=d.idx,
                     type=d.type,
@@ -76,6 +82,23 @@ class Ledger:
                 for i, d in enumerate(devices)
             )
         return True
+
+    def _limit(self, allocation: Allocation, container: str, d: ContainerDevice) -> int:
+        """The slice in bytes; 0 ("the ledger does not say": the source's own figure is used) when
+        it cannot be a byte count, which would make every ``usage.sample`` of the node unencodable."""
+        limit = d.usedmem * MIB
+        if 0 <= limit <= MAX_BYTES:
+            return limit
+        self.bad_limits += 1
+        log.warning(
+            "ignoring the memory limit of %s/%s %s on %s: %d MiB is not a byte count",
+            allocation.namespace,
+            allocation.name,
+            container,
+            d.uuid,
+            d.usedmem,
+        )
+        return 0
 
     def release(self, pod_uid: str) -> bool:
         allocation = self._by_uid.pop(pod_uid, None)

@@ -68,6 +68,8 @@ class MonitorLike(Protocol):
     def stats(self) -> MonitorStats: ...
     @property
     def ledger_size(self) -> int: ...
+    @property
+    def ledger_bad_limits(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,6 +249,10 @@ NODE_COUNTERS: dict[str, tuple[str, Callable[[MonitorLike], float]]] = {
         lambda m: m.stats.cleanup_errors,
     ),
     "gpubus_monitor_cycles": ("Collection cycles run", lambda m: m.stats.cycles),
+    "gpubus_monitor_ledger_bad_limits": (
+        "Decided memory slices too large to be a byte count (the source's own limit is used instead)",
+        lambda m: m.ledger_bad_limits,
+    ),
 }
 
 
@@ -269,7 +275,7 @@ def _source_families(monitors: list[MonitorLike]) -> Iterator[Metric]:
     )
     decode = CounterMetricFamily(
         "gpubus_monitor_decode_errors",
-        "Inputs skipped because they could not be decoded (shared-region files)",
+        "Inputs skipped because they could not be decoded or hold impossible byte counts",
         labels=[*labels, "reason"],
     )
     for m in monitors:

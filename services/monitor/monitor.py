@@ -20,7 +20,7 @@ from services.monitor.accounting import NodeView, SliceKey
 from services.monitor.cleanup import CleanupResult, remove_stale
 from services.monitor.errors import SourceUnavailable
 from services.monitor.ledger import Ledger
-from services.monitor.readings import Defect, DefectReason, SourceReading, UsageSource
+from services.monitor.readings import Defect, DefectReason, SourceReading, UsageSource, screen
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,10 @@ class Monitor:
     def ledger_size(self) -> int:
         return len(self.ledger)
 
+    @property
+    def ledger_bad_limits(self) -> int:
+        return self.ledger.bad_limits
+
     # -- ledger ---------------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         """Apply a ledger or inventory event (events of other nodes are ignored)."""
@@ -125,7 +129,7 @@ class Monitor:
 
     def _collect(self, source: UsageSource, now: float) -> SourceReading | None:
         try:
-            reading = source.collect(self.ledger, now)
+            reading = screen(source.collect(self.ledger, now))
         except SourceUnavailable as e:
             self._source_failed(source.name, str(e))
             return None

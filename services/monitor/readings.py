@@ -7,19 +7,25 @@ utilisation, limits when it knows them); it does not know pods' names or their s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from shared.codec import INT_MAX
+
 if TYPE_CHECKING:
     from services.monitor.ledger import Ledger
+
+#: The largest byte count the monitor passes on: the largest int an event may carry (consumers
+#: refuse larger ones); no device has anywhere near as much.
+MAX_BYTES = INT_MAX
 
 
 class DefectReason(StrEnum):
     """Why an input was skipped; the ``reason`` label of ``gpubus_monitor_decode_errors_total``."""
 
     TRUNCATED = "truncated"
-    """Smaller than the smallest known shared-region layout."""
+    """Smaller than the smallest known shared-region layout, or shrunk while being read."""
     BAD_MAGIC = "bad_magic"
     """Not a HAMi-core shared region (magic 19920718 missing)."""
     UNKNOWN_VERSION = "unknown_version"
@@ -33,7 +39,10 @@ class DefectReason(StrEnum):
     BAD_DIR_NAME = "bad_dir_name"
     """A container directory not named ``<podUID>_<container>``."""
     UNREADABLE = "unreadable"
-    """The file could not be opened or mapped."""
+    """The file could not be opened or read, or is not a regular file."""
+    OUT_OF_RANGE = "out_of_range"
+    """A byte count that cannot be real (beyond :data:`MAX_BYTES`, e.g. process slots summed past
+    2**64-1); one such value would make the node's whole ``usage.sample`` unpublishable."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,3 +114,50 @@ class UsageSource(Protocol):
     def collect(self, ledger: Ledger, now: float) -> SourceReading: ...
 
     def close(self) -> None: ...
+
+
+def screen(reading: SourceReading) -> SourceReading:
+    """``reading`` less the containers and host devices whose byte counts cannot be real, as defects.
+
+    Sources pass on what they saw, and a container can write any number into its own shared
+    region. One value past :data:`MAX_BYTES` would make the node's whole ``usage.sample`` fail to
+    encode, so that one container (or host device) is dropped and counted instead.
+    """
+    defects = list(reading.defects)
+    containers = []
+    for c in reading.containers:
+        if why := _container_out_of_range(c):
+            defects.append(
+                Defect(where=f"{c.pod_uid}_{c.container}", reason=DefectReason.OUT_OF_RANGE, detail=why)
+            )
+        else:
+            containers.append(c)
+    host = []
+    for h in reading.host:
+        if why := _out_of_range("used_bytes", h.used_bytes):
+            defects.append(Defect(where=f"host {h.uuid}", reason=DefectReason.OUT_OF_RANGE, detail=why))
+        else:
+            host.append(h)
+    if len(defects) == len(reading.defects):
+        return reading
+    return replace(reading, containers=tuple(containers), host=tuple(host), defects=tuple(defects))
+
+
+def _container_out_of_range(c: ContainerReading) -> str:
+    for d in c.devices:
+        # one test per device: the OR of ints in [0, 2**63) stays there, any other value leaves it
+        if (
+            not 0
+            <= d.used_bytes | d.limit_bytes | d.context_bytes | d.module_bytes | d.buffer_bytes
+            <= MAX_BYTES
+        ):
+            whys = (_out_of_range(name, getattr(d, name)) for name in _DEVICE_BYTES)
+            return f"device {d.uuid}: " + "; ".join(w for w in whys if w)
+    return ""
+
+
+_DEVICE_BYTES = ("used_bytes", "limit_bytes", "context_bytes", "module_bytes", "buffer_bytes")
+
+
+def _out_of_range(name: str, value: int) -> str:
+    return "" if 0 <= value <= MAX_BYTES else f"{name} {value} is not a byte count (0 to 2**63-1)"

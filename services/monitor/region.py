@@ -3,8 +3,10 @@
 HAMi-core (``libvgpu.so``, an external component) keeps a ``*.cache`` file per container in
 which every CUDA process of the container accounts its memory and SM use per device. This
 module knows the byte layouts (v0 before HAMi-core 1.2, v1 after; offsets in the reference,
-hami-contract §7) and turns a buffer into a :class:`Region`. It does no I/O: callers pass
-bytes, a memoryview or an ``mmap``. It must not know about pods, ledgers or metrics.
+hami-contract §7) and turns their bytes into a :class:`Region`. It does no I/O: a reader fetches
+only the three ranges the decoder needs (the head up to the process slots, the tail fields from
+``procnum`` on, and the slots ``[0, procnum)``; see :func:`decode`), or passes a whole file to
+:func:`parse_region`. It must not know about pods, ledgers or metrics.
 
 Per device, values are summed over the process slots ``[0, procnum)`` whose ``status`` is
 non-zero (HAMi-core compacts the slot table and marks live slots with a non-zero status).
@@ -12,7 +14,6 @@ non-zero (HAMi-core compacts the slot table and marks live slots with a non-zero
 
 from __future__ import annotations
 
-import mmap
 import struct
 from dataclasses import dataclass
 from functools import cache
@@ -28,7 +29,7 @@ UUID_BYTES = 96
 #: HAMi labels devices by the first 40 bytes of the region's UUID field.
 UUID_LABEL_BYTES = 40
 
-RegionBytes = bytes | bytearray | memoryview | mmap.mmap
+RegionBytes = bytes | bytearray | memoryview
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +56,11 @@ class Layout:
     recent_kernel: int
     priority: int
     last_kernel_time: int | None
+
+    @property
+    def tail_size(self) -> int:
+        """Bytes from ``procnum`` to the end of the layout: every field after the process slots."""
+        return self.size - self.procnum
 
 
 #: HAMi-core < 1.2: no version fields, 5-word memory and 3-word utilisation records.
@@ -100,6 +106,11 @@ V1 = Layout(
     last_kernel_time=2_008_912,
 )
 
+#: Bytes a reader fetches first: every layout's head (up to its process slots) fits in them.
+HEAD_BYTES = max(V0.procs, V1.procs)
+#: The longest tail (:attr:`Layout.tail_size`) of any layout.
+TAIL_BYTES = max(V0.tail_size, V1.tail_size)
+
 _I32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
@@ -137,12 +148,13 @@ class Region:
     utilization_switch: int
 
 
-def layout_for(buf: RegionBytes) -> Layout:
-    """The layout of ``buf``, or :class:`RegionError` saying why it is not a region we can read."""
-    size = len(buf)
-    if size < _HEADER.size:
-        raise RegionError(DefectReason.TRUNCATED, f"{size} bytes, smaller than a region header")
-    magic, major, minor = _HEADER.unpack_from(buf, 0)
+def layout_for(size: int, head: RegionBytes) -> Layout:
+    """The layout of a file of ``size`` bytes starting with ``head``, or :class:`RegionError`."""
+    if min(size, len(head)) < _HEADER.size:
+        raise RegionError(
+            DefectReason.TRUNCATED, f"{min(size, len(head))} bytes, smaller than a region header"
+        )
+    magic, major, minor = _HEADER.unpack_from(head, 0)
     if magic != MAGIC:
         raise RegionError(DefectReason.BAD_MAGIC, f"magic {magic} is not {MAGIC}")
     if size >= V1.size and major == 1:
@@ -154,41 +166,74 @@ def layout_for(buf: RegionBytes) -> Layout:
     raise RegionError(DefectReason.UNKNOWN_VERSION, f"{size} bytes with version {major}.{minor}")
 
 
+def slot_count(lay: Layout, head: RegionBytes, tail: RegionBytes) -> int:
+    """How many process slots :func:`decode` reads: ``procnum`` clamped, none without devices."""
+    return _counts(lay, head, tail)[1]
+
+
+def _counts(lay: Layout, head: RegionBytes, tail: RegionBytes) -> tuple[int, int]:
+    """(devices, process slots to read); TRUNCATED when ``head`` or ``tail`` came back short."""
+    _need(head, lay.procs, "head")
+    _need(tail, lay.tail_size, "tail")
+    num: int = _U64.unpack_from(head, lay.num)[0]
+    if num == 0 or num > MAX_DEVICES:
+        return num, 0
+    return num, min(max(_I32.unpack_from(tail, 0)[0], 0), MAX_PROCS)
+
+
 def parse_region(buf: RegionBytes) -> Region:
-    """Decode a shared region; :class:`RegionError` (never anything else) when it cannot be read."""
-    lay = layout_for(buf)
-    num = _U64.unpack_from(buf, lay.num)[0]
+    """Decode a whole region file; :class:`RegionError` (never anything else) when it cannot be read."""
+    view = memoryview(buf)
+    lay = layout_for(len(view), view)
+    head, tail = view[: lay.procs], view[lay.procnum : lay.size]
+    slots = view[lay.procs : lay.procs + slot_count(lay, head, tail) * lay.slot_size]
+    return decode(lay, head, tail, slots)
+
+
+def decode(lay: Layout, head: RegionBytes, tail: RegionBytes, slots: RegionBytes) -> Region:
+    """Decode from the file's bytes ``[0, lay.procs)`` (``head``), ``[lay.procnum, lay.size)``
+    (``tail``) and the :func:`slot_count` slots from ``lay.procs`` on (``slots``); any range
+    shorter than that (a file that shrank while read) is :attr:`DefectReason.TRUNCATED`."""
+    num, count = _counts(lay, head, tail)
+    _need(slots, count * lay.slot_size, "process slots")
     if num > MAX_DEVICES:
         raise RegionError(DefectReason.BAD_DEVICE_COUNT, f"{num} devices, at most {MAX_DEVICES}")
-    sums, live = _sum_slots(buf, lay, num)
-    devices = tuple(_device(buf, lay, i, sums[i]) for i in range(num) if buf[lay.uuids + i * UUID_BYTES] != 0)
-    last_kernel = 0 if lay.last_kernel_time is None else _I64.unpack_from(buf, lay.last_kernel_time)[0]
+    sums, live = _sum_slots(slots, lay, num, count)
+    devices = tuple(
+        _device(head, lay, i, sums[i]) for i in range(num) if head[lay.uuids + i * UUID_BYTES] != 0
+    )
+    at = lay.procnum
+    last_kernel = 0 if lay.last_kernel_time is None else _I64.unpack_from(tail, lay.last_kernel_time - at)[0]
     return Region(
         version=lay.version,
-        minor=_I32.unpack_from(buf, 8)[0] if lay.version >= 1 else 0,
+        minor=_I32.unpack_from(head, 8)[0] if lay.version >= 1 else 0,
         devices=devices,
         live_procs=live,
         last_kernel_time=max(last_kernel, 0),
-        priority=_I32.unpack_from(buf, lay.priority)[0],
-        recent_kernel=_I32.unpack_from(buf, lay.recent_kernel)[0],
-        utilization_switch=_I32.unpack_from(buf, lay.utilization_switch)[0],
+        priority=_I32.unpack_from(tail, lay.priority - at)[0],
+        recent_kernel=_I32.unpack_from(tail, lay.recent_kernel - at)[0],
+        utilization_switch=_I32.unpack_from(tail, lay.utilization_switch - at)[0],
     )
 
 
-def _sum_slots(buf: RegionBytes, lay: Layout, num: int) -> tuple[list[list[int]], int]:
+def _need(buf: RegionBytes, size: int, what: str) -> None:
+    if len(buf) < size:
+        raise RegionError(DefectReason.TRUNCATED, f"{what}: {len(buf)} of {size} bytes (the file shrank)")
+
+
+def _sum_slots(slots: RegionBytes, lay: Layout, num: int, count: int) -> tuple[list[list[int]], int]:
     """Per device ``[ctx, module, buffer, total, sm]`` summed over live slots, and the live count."""
     sums = [[0, 0, 0, 0, 0] for _ in range(num)]
     if num == 0:
         return sums, 0
-    procnum = min(max(_I32.unpack_from(buf, lay.procnum)[0], 0), MAX_PROCS)
     used_fmt, util_fmt = _slot_structs(lay, num)
     live = 0
-    for slot in range(lay.procs, lay.procs + procnum * lay.slot_size, lay.slot_size):
-        if _I32.unpack_from(buf, slot + lay.slot_status)[0] == 0:
+    for slot in range(0, count * lay.slot_size, lay.slot_size):
+        if _I32.unpack_from(slots, slot + lay.slot_status)[0] == 0:
             continue
         live += 1
-        used = used_fmt.unpack_from(buf, slot + lay.slot_used)
-        util = util_fmt.unpack_from(buf, slot + lay.slot_util)
+        used = used_fmt.unpack_from(slots, slot + lay.slot_used)
+        util = util_fmt.unpack_from(slots, slot + lay.slot_util)
         for i in range(num):
             acc = sums[i]
             acc[0] += used[4 * i]
@@ -209,12 +254,12 @@ def _slot_structs(lay: Layout, num: int) -> tuple[struct.Struct, struct.Struct]:
     return struct.Struct("<" + used * num), struct.Struct("<" + util * num)
 
 
-def _device(buf: RegionBytes, lay: Layout, i: int, acc: list[int]) -> RegionDevice:
+def _device(head: RegionBytes, lay: Layout, i: int, acc: list[int]) -> RegionDevice:
     return RegionDevice(
         index=i,
-        uuid=_uuid(buf, lay.uuids + i * UUID_BYTES),
-        limit_bytes=_U64.unpack_from(buf, lay.limit + 8 * i)[0],
-        sm_limit=_U64.unpack_from(buf, lay.sm_limit + 8 * i)[0],
+        uuid=_uuid(head, lay.uuids + i * UUID_BYTES),
+        limit_bytes=_U64.unpack_from(head, lay.limit + 8 * i)[0],
+        sm_limit=_U64.unpack_from(head, lay.sm_limit + 8 * i)[0],
         context_bytes=acc[0],
         module_bytes=acc[1],
         buffer_bytes=acc[2],

@@ -3,8 +3,11 @@
 Cases: limits come from the ledger (KV rebuild at start, then decided/released events);
 usage events carry used vs allowed per container and device; a container pushed over its
 limit yields one usage.over_limit per crossing; one process monitors several nodes and routes
-each decision to its node; an undecodable ledger entry is counted and skipped; the real
-/metrics output (HAMi-core files + simulator) passes promtool; cache dirs of gone pods go.
+each decision to its node; an undecodable ledger entry is counted and skipped, and so is one
+whose body names another pod than its key (or an inventory naming another node); a byte count
+past 2**63-1 (live slots summing past u64, a slice of 2**45 MiB) costs one container, counted,
+while the node's usage is still published; the real /metrics output (HAMi-core files +
+simulator) passes promtool; cache dirs of gone pods go.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ from services.monitor.settings import MonitorSettings
 from services.monitor.sources.sim import SimSource
 from shared.bus import Bus
 from shared.codec import to_wire
-from shared.events import AllocationDecided, AllocationReleased, Event, Usage, UsageOverLimit
-from shared.model import Allocation
+from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, Usage, UsageOverLimit
+from shared.model import Allocation, DeviceInfo, DeviceUUID
 
 
 def settings(*nodes: str, **overrides: object) -> MonitorSettings:
@@ -79,6 +82,10 @@ async def usage_events(bus: Bus) -> AsyncIterator[Events]:
     sub = await bus.subscribe("gpubus.usage.>", got)
     yield got
     await sub.stop()
+
+
+def usage_of(events: Events, node: str) -> list[Usage]:
+    return [e for e in events.of(Usage) if isinstance(e, Usage) and e.node == node]
 
 
 async def started(app: MonitorApp) -> MonitorApp:
@@ -197,13 +204,83 @@ async def test_undecodable_ledger_entries_are_counted_and_skipped(bus: Bus) -> N
         await app.stop()
 
 
-def write_region(hook: Path, pod_uid: str, container: str, used: int, limit: int, *, version: int) -> Path:
+async def test_an_undecodable_event_is_counted_on_metrics(bus: Bus) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    app = await started(MonitorApp.build(settings(node), bus))
+    try:
+        assert "gpubus_bus_decode_errors_total 0.0" in generate_latest(app.registry).decode()
+        await bus.js.publish(f"gpubus.allocation.decided.{node}", b"\xc1 not msgpack")
+        await wait_until(
+            lambda: "gpubus_bus_decode_errors_total 1.0" in generate_latest(app.registry).decode(),
+            what="the bad decision counted",
+        )
+    finally:
+        await app.stop()
+
+
+async def test_entries_naming_another_pod_or_node_than_their_key_are_refused(bus: Bus) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    victim = allocation(uid(), "victim", [[(GPU0, 100, 10)]], node=node)
+    await put_allocation(bus, victim)
+    impostor = dataclasses.replace(victim, name="impostor")
+    kv = await bus.kv("allocations")
+    await kv.put(f"stray-{uuid.uuid4().hex[:6]}", msgpack.packb(to_wire(impostor)))
+    other = Inventory(
+        node="another-node", devices=(DeviceInfo(id=DeviceUUID(GPU1), type="NVIDIA-A100", devmem=80_000),)
+    )
+    await (await bus.kv("inventory")).put(node, msgpack.packb(to_wire(other)))
+    app = await started(MonitorApp.build(settings(node), bus))
+    try:
+        ledger = app.monitors[node].ledger
+        held = ledger.get(victim.pod_uid)
+        assert held is not None and held.name == "victim"
+        assert ledger.devices == ()
+        assert app.ledger_decode_errors == 2
+    finally:
+        await app.stop()
+
+
+async def test_an_impossible_byte_count_costs_one_container_not_the_nodes_usage(
+    bus: Bus, usage_events: Events, tmp_path: Path
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:6]}"
+    good, summed = (allocation(uid(), name, [[(GPU0, 4000, 10)]], node=node) for name in ("good", "summed"))
+    huge = allocation(uid(), "huge", [[(GPU0, 2**45, 10)]], node=node)
+    for a in (good, summed, huge):
+        await put_allocation(bus, a)
+    write_region(tmp_path, good.pod_uid, "main", 100 * MIB, 4000 * MIB, version=1)
+    write_region(tmp_path, summed.pod_uid, "main", 2**64 - 1, 4000 * MIB, version=1, procs=2)
+    write_region(tmp_path, huge.pod_uid, "main", 200 * MIB, 4000 * MIB, version=1)
+    app = await started(
+        MonitorApp.build(settings(node, sources=("hami-core",), hook_path=str(tmp_path)), bus)
+    )
+    try:
+        await app.collect_once()
+        await wait_until(lambda: bool(usage_of(usage_events, node)), what="a usage sample of the node")
+        usage = usage_of(usage_events, node)[0]
+        limits = {c.pod: c.devices[0].limit_bytes for c in usage.containers}
+        assert limits == {"good": 4000 * MIB, "huge": 4000 * MIB}  # huge: the region's own limit
+        text = generate_latest(app.registry).decode()
+        cycles = float(app.monitors[node].stats.cycles)
+        out_of_range = f'{{node="{node}",reason="out_of_range",source="hami-core"}} {cycles}'
+        assert f"gpubus_monitor_decode_errors_total{out_of_range}" in text
+        assert f'gpubus_monitor_ledger_bad_limits_total{{node="{node}"}} 1.0' in text
+    finally:
+        await app.stop()
+
+
+def write_region(
+    hook: Path, pod_uid: str, container: str, used: int, limit: int, *, version: int, procs: int = 1
+) -> Path:
     d = hook / "containers" / f"{pod_uid}_{container}"
     d.mkdir(parents=True)
     image = RegionImage(
         version=version,
         devices=(RegionDevice(uuid=GPU0, limit_bytes=limit),),
-        procs=(Proc(devices=(SlotDevice(total=used, context=10 * MIB, sm_util=12),)),),
+        procs=tuple(
+            Proc(pid=p + 1, devices=(SlotDevice(total=used, context=10 * MIB, sm_util=12),))
+            for p in range(procs)
+        ),
         last_kernel_time=1,
     )
     (d / "0d5c.cache").write_bytes(build_region(image))

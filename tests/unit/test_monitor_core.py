@@ -3,8 +3,9 @@
 Case matrix: ledger {decided, released, other node, rebuilt}; merge {first source wins, unknown
 pod left out, ledger limit preferred over the source's}; crossing {once per crossing, re-arms
 below the limit, several devices}; usage {rate-limited, chunked}; sources {failing, crashing,
-defects counted}; cleanup {unknown + old removed, known kept, young kept, foreign names kept,
-not before the ledger is synced}.
+defects counted}; impossible byte counts {a container's or host device's reading past 2**63-1,
+a decided slice past it} -> counted, the rest still published (and encodable); cleanup {unknown
++ old removed, known kept, young kept, foreign names kept, not before the ledger is synced}.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from services.monitor.readings import (
     HostReading,
     SourceReading,
 )
+from shared.codec import encode
 from shared.events import AllocationDecided, AllocationReleased, Inventory, Usage, UsageOverLimit
 from shared.model import DeviceInfo, DeviceUUID
 
@@ -190,6 +192,46 @@ def test_skipped_files_are_counted_per_reason_every_cycle() -> None:
     m.cycle(now=0.0)
     m.cycle(now=1.0)
     assert m.stats.decode_errors == {("hami-core", "bad_magic"): 2, ("hami-core", "truncated"): 2}
+
+
+# -- impossible byte counts ------------------------------------------------------------------
+
+
+def test_readings_past_int64_cost_their_container_and_host_device_only() -> None:
+    source = ScriptedSource("hami-core")
+    source.reading = SourceReading(
+        containers=(
+            used(UID_A, "main", (GPU0, 10), (GPU1, 2 * (2**64 - 1))),
+            used(UID_B, "main", (GPU0, 20)),
+        ),
+        host=(
+            HostReading(uuid=GPU0, index=0, type="NVIDIA-A100", used_bytes=2**64),
+            HostReading(uuid=GPU1, index=1, type="NVIDIA-A100", used_bytes=30),
+        ),
+    )
+    m, sent = monitor_with(source, publish_interval_s=0.0)
+    view = m.cycle(now=0.0)
+    assert [c.pod_uid for c in view.containers] == [UID_B]
+    assert [h.uuid for h in view.host] == [GPU1]
+    assert m.stats.decode_errors == {("hami-core", "out_of_range"): 2}
+    (usage,) = [e for e in sent if isinstance(e, Usage)]
+    assert [c.pod_uid for c in usage.containers] == [UID_B]
+    assert encode(usage)
+
+
+def test_a_slice_too_large_to_be_bytes_is_counted_and_the_sources_limit_is_used() -> None:
+    source = ScriptedSource()
+    huge = "2f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+    source.reading = SourceReading(
+        containers=(used(huge, "main", (GPU1, 10)), used(UID_B, "main", (GPU0, 20)))
+    )
+    m, sent = monitor_with(source, publish_interval_s=0.0)
+    m.on_event(AllocationDecided(allocation=allocation(huge, "huge", [[(GPU1, 2**45, 10)]]), node="n1"))
+    view = m.cycle(now=0.0)
+    assert {c.pod: c.devices[0].limit_bytes for c in view.containers} == {"huge": 999, "infer": 500 * MIB}
+    assert m.ledger_bad_limits == 1
+    (usage,) = [e for e in sent if isinstance(e, Usage)]
+    assert encode(usage)
 
 
 # -- cleanup ---------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from shared.errors import AnnotationError, BusUnavailable
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.kube import KubeApi, list_and_watch_nodes, list_and_watch_pods
 from shared.model import Allocation, AllocationState, NodeName, PodDevices, PodUID
+from shared.requests import DEFAULT_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,11 @@ _PHASE_STATE = {
 
 
 def slim_pod(
-    pod: Mapping[str, Any], *, scheduler_name: str, known: Callable[[str], bool]
+    pod: Mapping[str, Any],
+    *,
+    scheduler_name: str,
+    known: Callable[[str], bool],
+    gpu_resource: str = DEFAULT_NAMES.count,
 ) -> dict[str, Any] | None:
     """The part of a pod the reconciler reads, or None if the pod does not matter to us.
 
@@ -69,16 +74,45 @@ def slim_pod(
         },
         "spec": {
             **{k: spec[k] for k in ("nodeName", "schedulerName") if k in spec},
-            "initContainers": [{"name": c.get("name", "")} for c in spec.get("initContainers") or []],
-            "containers": [{"name": c.get("name", "")} for c in spec.get("containers") or []],
+            "initContainers": [_slim_container(c, gpu_resource) for c in spec.get("initContainers") or []],
+            "containers": [_slim_container(c, gpu_resource) for c in spec.get("containers") or []],
         },
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
 
 
-def adoptable(pod: Mapping[str, Any]) -> Allocation | None:
+def _slim_container(container: Any, gpu_resource: str) -> dict[str, Any]:
+    """Name, and the GPU count it asks for (the only resource :func:`adoptable` reads)."""
+    if not isinstance(container, Mapping):
+        return {"name": ""}
+    slim: dict[str, Any] = {"name": container.get("name", "")}
+    resources = container.get("resources")
+    if isinstance(resources, Mapping):
+        kept = {
+            kind: {gpu_resource: amounts[gpu_resource]}
+            for kind in ("limits", "requests")
+            if isinstance(amounts := resources.get(kind), Mapping) and gpu_resource in amounts
+        }
+        if kept:
+            slim["resources"] = kept
+    return slim
+
+
+def _asks_for_gpu(container: Any, gpu_resource: str) -> bool:
+    resources = container.get("resources") if isinstance(container, Mapping) else None
+    return isinstance(resources, Mapping) and any(
+        isinstance(amounts := resources.get(kind), Mapping) and gpu_resource in amounts
+        for kind in ("limits", "requests")
+    )
+
+
+def adoptable(pod: Mapping[str, Any], gpu_resource: str = DEFAULT_NAMES.count) -> Allocation | None:
     """The ledger entry a bound pod with HAMi annotations implies, or None (AnnotationError when
-    its ``vgpu-devices-allocated`` cannot be decoded: HAMi does not track such a pod either)."""
+    its ``vgpu-devices-allocated`` cannot be decoded: HAMi does not track such a pod either).
+
+    Unlike HAMi, a card counts only for a container that asks for ``gpu_resource``: anyone who can
+    create a pod could otherwise book any GPU's memory by writing the annotation on a pod that
+    runs without GPUs (``spec.nodeName`` set by hand, so no scheduler ever sees it)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     a = meta.get("annotations") or {}
@@ -88,10 +122,17 @@ def adoptable(pod: Mapping[str, Any]) -> Allocation | None:
     if (pod.get("status") or {}).get("phase") in _TERMINAL:
         return None
     devices: PodDevices = ann.decode_pod_devices(a[ann.DEVICES_ALLOCATED])
-    inits = [c.get("name", "") for c in spec.get("initContainers") or []]
-    apps = [c.get("name", "") for c in spec.get("containers") or []]
-    names = tuple(inits + apps)
+    init_specs = list(spec.get("initContainers") or [])
+    specs = init_specs + list(spec.get("containers") or [])
+    inits = [c.get("name", "") for c in init_specs]
+    names = tuple(c.get("name", "") for c in specs)
     devices = tuple(devices[: len(names)]) + ((),) * max(0, len(names) - len(devices))
+    for container, slot in zip(specs, devices, strict=True):
+        if slot and not _asks_for_gpu(container, gpu_resource):
+            raise AnnotationError(
+                f"{ann.DEVICES_ALLOCATED} gives GPUs to container {container.get('name', '')!r}, "
+                f"which asks for no {gpu_resource}"
+            )
     return Allocation(
         pod_uid=PodUID(meta["uid"]),
         namespace=meta.get("namespace", "default"),
@@ -121,6 +162,7 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         on_phase: Callable[[str, str, ann.BindPhase, str], object] | None = None,
         on_input_error: Callable[[str, str], None] = lambda source, kind: None,
+        gpu_resource: str = DEFAULT_NAMES.count,
     ) -> None:
         self._state = state
         self._leases = leases
@@ -132,6 +174,7 @@ class Reconciler:
         self._clock = clock
         self._on_phase = on_phase
         """Queues the ``hami.io/bind-phase`` patch (and node label) for a verdict; returns at once."""
+        self._gpu_resource = gpu_resource
         self._on_input_error = on_input_error
         """Counts unusable input by source and kind: pods whose HAMi annotations cannot be adopted,
         verdicts that do not match the entry they name."""
@@ -217,6 +260,7 @@ class Reconciler:
             pod,
             scheduler_name=self._scheduler_name,
             known=lambda uid: ledger.entry(PodUID(uid)) is not None or self._in_flight(uid),
+            gpu_resource=self._gpu_resource,
         )
 
     async def _reconcile_when(self, synced: asyncio.Event, listed_at: float) -> None:
@@ -258,7 +302,7 @@ class Reconciler:
 
     async def _adopt(self, pod: Mapping[str, Any]) -> None:
         try:
-            allocation = adoptable(pod)
+            allocation = adoptable(pod, self._gpu_resource)
         except AnnotationError as e:
             meta = pod.get("metadata") or {}
             self._on_input_error("pods", "bad_devices_annotation")

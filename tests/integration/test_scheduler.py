@@ -405,11 +405,18 @@ async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
     hami["metadata"]["annotations"] = {ann.DEVICES_ALLOCATED: "GPU-n1-1,NVIDIA,5000,10:;"}
     await create(kube, hami)
     await create(kube, gpu_pod("someone-elses", slice_of(1000), scheduler="default-scheduler"))
+    forged = gpu_pod("forged", {}, scheduler="default-scheduler")  # asks for no GPU, books a whole card
+    forged["spec"]["nodeName"] = "n1"
+    forged["metadata"]["annotations"] = {ann.DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,80000,100:;"}
+    await create(kube, forged)
     again = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="replica-d")
     try:
         await wait_until(again.reconciler.pods_synced.is_set, what="reconcile")
         assert used(again, "n1", 1) == DeviceUsage(used=1, usedmem=5000, usedcores=10)
+        assert used(again, "n1", 0) == DeviceUsage()
         assert [e.name for e in again.ledger.entries()] == ["hami-bound"]
+        labels = {"source": "pods", "kind": "bad_devices_annotation"}
+        assert again.metrics.registry.get_sample_value("gpubus_scheduler_input_errors_total", labels) == 1
         await kube.delete_pod("default", "hami-bound")
         await wait_until(lambda: len(again.ledger) == 0, what="adopted pod released on delete")
     finally:

@@ -1,8 +1,9 @@
 """What the scheduler holds per pod: slim records of the pods that matter, none of the others.
 
 Case matrix: ``slim_pod`` keeps our pods, HAMi-annotated pods of any scheduler and pods with a
-ledger entry, drops the rest, and keeps only identity, phase, node, container names and
-``hami.io/`` annotations; ``list_and_watch`` with a transform yields and holds only the slim
+ledger entry, drops the rest, and keeps only identity, phase, node, container names, the GPU count
+they ask for and ``hami.io/`` annotations; a card annotated for a container that asks for no GPU
+is not adopted; ``list_and_watch`` with a transform yields and holds only the slim
 records, forgets a pod that stops mattering without an event, and still reports its deletion;
 the pod cache between filter, prioritize and bind reuses a parse only for the same pod version.
 """
@@ -12,9 +13,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from services.scheduler.binder import PodCache
 from services.scheduler.reconcile import adoptable, slim_pod
 from shared import annotations as ann
+from shared.errors import AnnotationError
 from shared.kube import list_and_watch
 from shared.kube_types import WatchEvent
 from shared.requests import pod_request
@@ -36,7 +40,17 @@ def pod(
             "schedulerName": scheduler,
             "nodeName": "n1",
             "initContainers": [{"name": "init", "image": "busybox"}],
-            "containers": [{"name": "main", "image": "cuda", "env": [{"name": "A", "value": "b" * 100}]}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "cuda",
+                    "env": [{"name": "A", "value": "b" * 100}],
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": "1", "cpu": "2"},
+                        "requests": {"memory": "1Gi"},
+                    },
+                }
+            ],
         },
         "status": {"phase": "Running", "conditions": [{"type": "Ready"}]},
     }
@@ -74,7 +88,7 @@ def test_the_record_keeps_only_what_the_reconciler_reads() -> None:
             "nodeName": "n1",
             "schedulerName": "hami-scheduler",
             "initContainers": [{"name": "init"}],
-            "containers": [{"name": "main"}],
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
         },
         "status": {"phase": "Running"},
     }
@@ -84,6 +98,19 @@ def test_a_slim_record_adopts_exactly_like_the_full_pod() -> None:
     full = pod("hami", scheduler="hami-scheduler", **HAMI)
     record = slim(full)
     assert record is not None and adoptable(record) == adoptable(full) is not None
+
+
+def test_a_card_for_a_container_that_asks_for_no_gpu_is_not_adopted() -> None:
+    # anyone who can create a pod could book any card by writing the annotation on a GPU-less pod
+    full = pod("forged", scheduler="default-scheduler", **HAMI)
+    del full["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    record = slim(full)
+    assert record is not None
+    for p in (full, record):
+        with pytest.raises(AnnotationError, match=r"container 'main', which asks for no nvidia.com/gpu"):
+            adoptable(p)
+    full["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"  # requests count too
+    assert adoptable(full) == adoptable(slim(full) or {}) is not None
 
 
 def _stream(items: list[dict[str, Any]], events: list[WatchEvent]) -> tuple[Any, Any]:

@@ -7,7 +7,9 @@ This is the only module that reads ``os.environ``. A settings class documents ea
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import os
 import typing
 from collections.abc import Mapping
@@ -85,7 +87,9 @@ def coerce(raw: Any, tp: Any, name: str) -> Any:
         inner = [a for a in args if a is not type(None)]
         return coerce(raw, inner[0], name)
     if origin is tuple:
-        items = raw.split(",") if isinstance(raw, str) else list(raw)
+        items = (
+            raw.split(",") if isinstance(raw, str) else list(raw) if isinstance(raw, list | tuple) else [raw]
+        )
         return tuple(coerce(x.strip() if isinstance(x, str) else x, args[0], name) for x in items if x != "")
     if tp is bool:
         if isinstance(raw, bool):
@@ -96,13 +100,42 @@ def coerce(raw: Any, tp: Any, name: str) -> Any:
         if text in _FALSE:
             return False
         raise SettingsError(f"setting {name}: {raw!r} is not a boolean")
-    if tp in (int, float):
-        try:
-            return tp(raw)
-        except (TypeError, ValueError) as e:
-            raise SettingsError(f"setting {name}: {raw!r} is not a {tp.__name__}") from e
+    if tp is int:
+        return _integer(raw, name)
+    if tp is float:
+        return _number(raw, name)
     if tp is str:
         return str(raw)
     if isinstance(tp, type) and issubclass(tp, Path):
         return Path(raw)
     return raw
+
+
+def _integer(raw: Any, name: str) -> int:
+    """A whole number: never a bool (YAML ``true``) or a fraction silently cut to an int."""
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            pass
+    raise SettingsError(f"setting {name}: {_shown(raw)} is not a whole number")
+
+
+def _number(raw: Any, name: str) -> float:
+    """A finite number: NaN and infinity pass every range check, then break the arithmetic after it."""
+    value = math.nan
+    if isinstance(raw, (int, float, str)) and not isinstance(raw, bool):
+        with contextlib.suppress(ValueError, OverflowError):
+            value = float(raw)
+    if not math.isfinite(value):
+        raise SettingsError(f"setting {name}: {_shown(raw)} is not a finite number")
+    return value
+
+
+def _shown(raw: Any, limit: int = 40) -> str:
+    text = repr(raw)
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"

@@ -8,10 +8,11 @@ per-container cache directory. It must not import grpc, nats or aiohttp.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.node_agent.errors import BadAllocateRequest
+from services.node_agent.errors import BadAllocateRequest, clip
 from shared.model import ContainerDevice, DeviceUUID
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -26,6 +27,12 @@ GDS = "NVIDIA_GDS"
 MOFED = "NVIDIA_MOFED"
 VGPU_LOCK = "/tmp/vgpulock"
 LD_PRELOAD_FILE = "/etc/ld.so.preload"
+
+#: What Kubernetes gives a pod UID: an RFC 4122 string (a static pod's is an md5 hex digest), so
+#: letters, digits and '-' only. Tests and simulators use short made-up UIDs of the same alphabet.
+_POD_UID = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,127}")
+#: A container name is a DNS-1123 label (the API server refuses anything else).
+_CONTAINER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,11 +71,26 @@ class AllocateConfig:
     """``NVIDIA_MOFED=enabled`` (HAMi's ``--mofed-enabled``)."""
 
 
+def is_pod_uid(text: str) -> bool:
+    """Could Kubernetes have given a pod this UID? (Never empty, '.', '/', '_' or a NUL byte.)"""
+    return _POD_UID.fullmatch(text) is not None
+
+
+def is_container_name(text: str) -> bool:
+    """Is this a DNS-1123 label, as every Kubernetes container name is?"""
+    return _CONTAINER_NAME.fullmatch(text) is not None
+
+
 def cache_dir(hook_path: str, pod_uid: str, container: str) -> str:
-    """Host directory mounted at ``<hook>/vgpu``: ``<hook>/vgpu/containers/<podUID>_<ctr>``."""
-    for part, what in ((pod_uid, "pod UID"), (container, "container name")):
-        if not part or "/" in part or part in (".", ".."):
-            raise BadAllocateRequest(f"{what} {part!r} cannot name a cache directory")
+    """Host directory mounted at ``<hook>/vgpu``: ``<hook>/vgpu/containers/<podUID>_<ctr>``.
+
+    Only Kubernetes-shaped names get a path: neither part can hold '/', '_' or NUL, so the path
+    stays under the hook path and two pods' directories never share a name.
+    """
+    if not is_pod_uid(pod_uid):
+        raise BadAllocateRequest(f"pod UID {clip(pod_uid)!r} cannot name a cache directory")
+    if not is_container_name(container):
+        raise BadAllocateRequest(f"container name {clip(container)!r} cannot name a cache directory")
     return f"{hook_path}/vgpu/containers/{pod_uid}_{container}"
 
 

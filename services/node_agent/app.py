@@ -39,7 +39,8 @@ from services.node_agent.verify import (
     compare,
 )
 from shared.annotations import NODE_REGISTER, encode_node_devices
-from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Route, Service
+from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Lease, Route, Service
+from shared.bus.metrics import BusStatsCollector
 from shared.codec import from_wire, to_wire
 from shared.errors import BusUnavailable, EventDecodeError, GpubusError
 from shared.events import (
@@ -124,6 +125,7 @@ class NodeAgent:
         self.handoff = Handoff(
             settings=settings,
             uuid_of=self.advertised.uuid_of,
+            cards={d.id: d for d in self.advertised.snapshot.devices},
             emit=bus.emit,
             metrics=self.metrics,
             on_done=self._pod_done,
@@ -249,13 +251,24 @@ class NodeAgent:
             while True:
                 try:
                     lease = await self.bus.lease(key, allocation.pod_uid, auto_renew=False)
-                    await lease.release(revisions.get(key))
+                    await self._release_lease(lease, revisions.get(key))
                     break
                 except BusUnavailable as e:
                     if asyncio.get_running_loop().time() > deadline:
                         log.info("lease %s not released (%s); its TTL ends it", key, e)
                         break
                     await asyncio.sleep(_LEASE_RETRY_S)
+
+    async def _release_lease(self, lease: Lease, revision: int | None) -> None:
+        """One compare-and-delete at the decision's revision. When that loses, the hold is usually
+        gone (the scheduler took the key over); if the pod still holds it, the revision was wrong
+        (bus input: counted) and the hold is released the owner-checked way, not left to its TTL."""
+        if await lease.release(revision) or revision is None:
+            return
+        if await lease.release():
+            self.metrics.bad_requests.labels(method="decision_leases").inc()
+            log.warning("lease %s of pod %s: the decision named revision %d, not the pod's; released anyway",
+                        lease.key, lease.owner, revision)
 
     async def _verify_loop(self) -> None:
         """Check completed pods against the kubelet's pod resources, one ``List`` per due batch."""
@@ -443,6 +456,7 @@ async def run(settings: NodeAgentSettings, bus_settings: BusSettings) -> None:
     bus = await Bus.connect(bus_settings, source=f"node-agent/{settings.node_name}")
     kube = await kube_client(settings)
     agent = NodeAgent(settings, source=source, bus=bus, kube=kube, on_fatal=on_fatal)
+    agent.metrics.registry.register(BusStatsCollector(lambda: bus.stats))
     metrics = await metrics_server(settings, agent.metrics)
     try:
         await bus.ensure_schema()

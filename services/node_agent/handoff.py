@@ -10,7 +10,8 @@ It knows neither gRPC nor the NATS client: the servicer and the app sit on eithe
 Cache directories (``<hook>/vgpu/containers/<podUID>_<ctr>``) are created here and never deleted
 here: HAMi-core's shared region lives in them while the container runs, and the monitor, which
 sees which pods still exist, removes them. Decisions from the bus are checked once on arrival
-(:func:`decision_problem`); a broken one is counted, failed and released, never served.
+(:func:`decision_problem`, :func:`capacity_problem`, :func:`time_problem`); a broken one is
+counted, failed and released, never served. One kubelet call is answered all or none.
 """
 
 from __future__ import annotations
@@ -39,10 +40,17 @@ from services.node_agent.errors import (
     clip,
 )
 from services.node_agent.metrics import NodeAgentMetrics
-from services.node_agent.pending import Completed, PendingTable, Slot, decision_problem
+from services.node_agent.pending import (
+    Completed,
+    PendingTable,
+    Slot,
+    capacity_problem,
+    decision_problem,
+    time_problem,
+)
 from services.node_agent.settings import NodeAgentSettings
 from shared.events import AllocationApplied, AllocationFailed, Event
-from shared.model import Allocation, DeviceUUID, PodUID
+from shared.model import Allocation, DeviceInfo, DeviceUUID, PodUID
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +90,7 @@ class Handoff:
         *,
         settings: NodeAgentSettings,
         uuid_of: Mapping[str, DeviceUUID],
+        cards: Mapping[DeviceUUID, DeviceInfo],
         emit: Callable[[Event], None],
         metrics: NodeAgentMetrics,
         on_done: Callable[[Allocation, Completed | None], None],
@@ -91,6 +100,8 @@ class Handoff:
         self._config = allocate_config(settings)
         self._uuid_of = uuid_of
         self._gpus = frozenset(uuid_of.values())
+        self._cards = cards
+        """The registered memory and cores of each GPU: no decision may give a container more."""
         self._emit = emit
         self._metrics = metrics
         self._on_done = on_done
@@ -113,6 +124,12 @@ class Handoff:
 
     def released(self, pod_uid: PodUID, at: float = 0.0) -> None:
         """The scheduler released the pod's decision at ``at`` (its clock); a later one still counts."""
+        problem = time_problem(at, time.time())
+        if problem is not None:
+            # bus input: such a time would shadow every later decision for the pod
+            self._metrics.bad_requests.labels(method="allocation_event").inc()
+            log.warning("release of pod %s: %s; taken as a release of whatever is pending", pod_uid, problem)
+            at = 0.0
         if self.table.release(pod_uid, at) is not None:
             log.info("decision for pod %s released", pod_uid)
             self._wake()
@@ -128,12 +145,17 @@ class Handoff:
         """False for a decision that is not ours; a broken one is also counted, failed and released."""
         if not self.table.concerns(allocation):
             return False
-        problem = decision_problem(allocation, self._gpus)
+        now = time.time()
+        untimely = time_problem(allocation.decided_at, now)
+        problem = (
+            decision_problem(allocation, self._gpus) or capacity_problem(allocation, self._cards) or untimely
+        )
         if problem is None:
             return True
         self._metrics.bad_requests.labels(method=where).inc()
         log.warning("decision for pod %s/%s refused: %s", allocation.namespace, allocation.name, problem)
-        self.table.release(allocation.pod_uid, allocation.decided_at)
+        # An absurd decided_at must not become the pod's "finished up to" mark either.
+        self.table.release(allocation.pod_uid, 0.0 if untimely else allocation.decided_at)
         self._wake()
         self._emit_failed(f"decision refused by the node-agent: {problem}", allocation)
         self._on_done(allocation, None)
@@ -170,7 +192,7 @@ class Handoff:
     ) -> tuple[str, ...]:
         """Replicas of the decided GPUs for the next container of ``size``; () lets the kubelet choose."""
         try:
-            slot = await self._wait_for_slot(size)
+            (slot,) = await self._wait_for_plan([size])
         except (NoDecision, DecisionMismatch) as e:
             self._metrics.preferred.labels(outcome="no_match").inc()
             log.info("GetPreferredAllocation(%d): %s; leaving the choice to the kubelet", size, e)
@@ -179,29 +201,43 @@ class Handoff:
         decided = [d.uuid for d in slot.devices]
         return preferred_replicas(decided, available, must_include, size, self._uuid_of)
 
-    def physical(self, device_ids: Sequence[str]) -> list[DeviceUUID]:
+    def physical(self, requests: Sequence[Sequence[str]]) -> list[list[DeviceUUID]]:
         """Validate the kubelet's replica IDs; :class:`BadAllocateRequest` names the first bad one."""
-        if not device_ids:
-            raise BadAllocateRequest("container request without device ids")
-        if len(set(device_ids)) != len(device_ids):
-            raise BadAllocateRequest(f"duplicate device ids in {clip(str(list(device_ids)))}")
-        unknown = [i for i in device_ids if i not in self._uuid_of]
-        if unknown:
-            raise BadAllocateRequest(
-                f"unknown device id {clip(unknown[0])!r}: not advertised by node {self._node}"
-            )
-        return [self._uuid_of[i] for i in device_ids]
+        seen: set[str] = set()
+        for device_ids in requests:
+            if not device_ids:
+                raise BadAllocateRequest("container request without device ids")
+            if len(set(device_ids)) != len(device_ids) or seen.intersection(device_ids):
+                raise BadAllocateRequest(f"duplicate device ids in {clip(str(list(device_ids)))}")
+            seen.update(device_ids)
+            unknown = [i for i in device_ids if i not in self._uuid_of]
+            if unknown:
+                raise BadAllocateRequest(
+                    f"unknown device id {clip(unknown[0])!r}: not advertised by node {self._node}"
+                )
+        return [[self._uuid_of[i] for i in device_ids] for device_ids in requests]
 
-    async def allocate(self, device_ids: Sequence[str]) -> ContainerResponse:
-        """Answer one container request, or raise a node-agent error (already counted and emitted)."""
+    async def allocate(self, requests: Sequence[Sequence[str]]) -> list[ContainerResponse]:
+        """Answer one Allocate call (device IDs per container), or raise a node-agent error (already
+        counted and emitted). Every container is matched and answered before any is recorded, so a
+        refused call leaves every pending pod as it was for the kubelet's retry."""
         slot: Slot | None = None
+        device_ids: Sequence[str] = [i for ids in requests for i in ids]
+        answers: list[tuple[Slot, Sequence[str], ContainerResponse]] = []
         try:
-            physical = self.physical(device_ids)
-            slot = await self._wait_for_slot(len(device_ids))
-            response = self._answer(slot, physical)
+            physical = self.physical(requests)
+            slots = await self._wait_for_plan([len(ids) for ids in requests])
+            for slot, device_ids, devices in zip(slots, requests, physical, strict=True):
+                answers.append((slot, device_ids, self._answer(slot, devices)))
         except (NoDecision, DecisionMismatch, AllocateFailed, BadAllocateRequest) as e:
             self._failed(e, slot, device_ids)
             raise
+        return [self._applied(slot, device_ids, response) for slot, device_ids, response in answers]
+
+    def _applied(
+        self, slot: Slot, device_ids: Sequence[str], response: ContainerResponse
+    ) -> ContainerResponse:
+        """Record one answered container: counted, ``allocation.applied``, the pod done when complete."""
         completed = self.table.mark(slot, device_ids)
         self._metrics.allocations.labels(outcome="applied").inc()
         self._emit(
@@ -220,12 +256,13 @@ class Handoff:
             self._on_done(slot.allocation, completed)
         return response
 
-    async def _wait_for_slot(self, size: int) -> Slot:
+    async def _wait_for_plan(self, sizes: Sequence[int]) -> list[Slot]:
+        """The slots of a call (see :meth:`PendingTable.plan`), waiting a bounded time for decisions."""
         deadline = time.monotonic() + self._wait_s
         while True:
             changed = self._changed
             try:
-                return self.table.choose(size)
+                return self.table.plan(sizes)
             except AmbiguousDecision:
                 raise
             except (NoDecision, DecisionMismatch):
@@ -236,7 +273,7 @@ class Handoff:
             try:
                 await asyncio.wait_for(changed.wait(), remaining)
             except TimeoutError:
-                continue  # one last choose() raises the precise reason
+                continue  # one last plan() raises the precise reason
             finally:
                 self.waiting -= 1
 

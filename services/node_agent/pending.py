@@ -11,34 +11,69 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from services.node_agent.allocate import is_container_name, is_pod_uid
 from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision, clip
-from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, PodUID
+from shared.model import Allocation, AllocationState, ContainerDevice, DeviceInfo, DeviceUUID, PodUID
 
 NO_DECISION = "no allocation decided for this node"
+
+
+#: How far ahead of this node's clock a decision's ``decided_at`` may lie: generous for any clock
+#: skew a working cluster has (TLS and leases break first), and short, because a pod's finished
+#: decision shadows its later ones until then: the scheduler's retry for it would wait that long.
+MAX_DECIDED_AHEAD_S = 3600.0
 
 
 def decision_problem(allocation: Allocation, gpus: Collection[DeviceUUID]) -> str | None:
     """Why a decision from the bus cannot be served on this node (None when it can).
 
     The codec checks types only; these are the promises the handoff relies on: one container
-    name per slot, names usable in a cache directory path, GPUs this node advertises, sane limits.
+    name per slot, Kubernetes-shaped names (they become a cache directory path), GPUs this node
+    advertises, each at most once per container, sane limits.
     """
     if len(allocation.containers) != len(allocation.devices):
         return f"{len(allocation.containers)} container names for {len(allocation.devices)} device slots"
     names = [c for c, devices in zip(allocation.containers, allocation.devices, strict=True) if devices]
-    bad = next((c for c in names if not c or "/" in c or c in (".", "..")), None)
-    if bad is not None or len(set(names)) != len(names):
-        return f"container names {clip(str(names))} are empty, repeated or not path-safe"
-    if not allocation.pod_uid or "/" in allocation.pod_uid or allocation.pod_uid in (".", ".."):
-        return f"pod UID {clip(allocation.pod_uid)!r} is not path-safe"
+    if not all(is_container_name(c) for c in names) or len(set(names)) != len(names):
+        return (
+            f"container names {clip(str(names))} are empty, repeated or not path-safe"
+            " (Kubernetes names containers with DNS-1123 labels)"
+        )
+    if not is_pod_uid(allocation.pod_uid):
+        return f"pod UID {clip(allocation.pod_uid)!r} is not path-safe (not a Kubernetes UID)"
+    for name, slot in zip(allocation.containers, allocation.devices, strict=True):
+        if len({d.uuid for d in slot}) != len(slot):
+            return f"container {name} is given the same GPU twice: {clip(str([d.uuid for d in slot]))}"
     for device in (d for slot in allocation.devices for d in slot):
         if device.uuid not in gpus:
             return f"GPU {clip(device.uuid)!r} is not advertised by this node"
         if device.usedmem < 0 or not 0 <= device.usedcores <= 100:
             return f"GPU {device.uuid}: memory {device.usedmem} MiB or cores {device.usedcores}% out of range"
+    return None
+
+
+def capacity_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceInfo]) -> str | None:
+    """A container limit beyond what its card registered (the scheduler's Fit never gives that)."""
+    for device in (d for slot in allocation.devices for d in slot):
+        card = cards.get(device.uuid)
+        if card is not None and (device.usedmem > card.devmem or device.usedcores > card.devcore):
+            return (
+                f"GPU {device.uuid}: {device.usedmem} MiB / {device.usedcores}% exceeds"
+                f" the card's registered {card.devmem} MiB / {card.devcore}%"
+            )
+    return None
+
+
+def time_problem(decided_at: float, now: float) -> str | None:
+    """A ``decided_at`` that cannot be a scheduler's clock reading (it would shadow later decisions)."""
+    if not math.isfinite(decided_at) or decided_at > now + MAX_DECIDED_AHEAD_S:
+        return (
+            f"decided at {decided_at!r}, more than {MAX_DECIDED_AHEAD_S:.0f} s ahead of this node's"
+            f" clock ({now:.0f})"
+        )
     return None
 
 
@@ -73,9 +108,9 @@ class _Pending:
     answered: dict[int, tuple[str, ...]] = field(default_factory=dict)
     """Slot -> replica IDs the kubelet passed for it."""
 
-    def next_index(self) -> int | None:
+    def next_index(self, planned: Collection[int] = ()) -> int | None:
         for i, devices in enumerate(self.allocation.devices):
-            if devices and i not in self.answered:
+            if devices and i not in self.answered and i not in planned:
                 return i
         return None
 
@@ -145,21 +180,34 @@ class PendingTable:
         while len(self._finished) > self._memory:
             self._finished.popitem(last=False)
 
-    def next_slots(self) -> list[Slot]:
+    def next_slots(self, planned: Collection[Slot] = ()) -> list[Slot]:
+        """Each pending pod's next GPU container, past the slots ``planned`` for the same call."""
         slots = []
         for pending in self._pods.values():
-            index = pending.next_index()
+            uid = pending.allocation.pod_uid
+            taken = {s.index for s in planned if s.allocation.pod_uid == uid} if planned else ()
+            index = pending.next_index(taken)
             if index is not None:
                 slots.append(Slot(allocation=pending.allocation, index=index))
         return slots
 
-    def choose(self, size: int) -> Slot:
+    def plan(self, sizes: Sequence[int]) -> list[Slot]:
+        """The slots of one kubelet call with a container of each size, in order; nothing is marked.
+
+        All or none: a call whose last container matches nothing leaves every pod as it was.
+        """
+        planned: list[Slot] = []
+        for size in sizes:
+            planned.append(self.choose(size, planned))
+        return planned
+
+    def choose(self, size: int, planned: Collection[Slot] = ()) -> Slot:
         """The one slot a call of ``size`` devices is for; :class:`NoDecision`/:class:`DecisionMismatch`.
 
         Two candidates are refused, never told apart by the devices the kubelet passed: the kubelet
         may have picked those without our preference, so they say nothing about the pod.
         """
-        slots = self.next_slots()
+        slots = self.next_slots(planned)
         candidates = [s for s in slots if s.size == size]
         if len(candidates) == 1:
             return candidates[0]

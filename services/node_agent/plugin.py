@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 
 import grpc
 
@@ -23,6 +23,7 @@ from services.node_agent.errors import (
     BadAllocateRequest,
     DecisionMismatch,
     NoDecision,
+    clip,
 )
 from services.node_agent.handoff import Handoff
 from services.node_agent.metrics import NodeAgentMetrics
@@ -61,10 +62,27 @@ def list_response(snapshot: Snapshot) -> pb.ListAndWatchResponse:
     return pb.ListAndWatchResponse(devices=devices)
 
 
-def preferred_request_problem(req: pb.ContainerPreferredAllocationRequest) -> str | None:
-    """Why a GetPreferredAllocation container request makes no sense (None when it does)."""
-    size, available, must = req.allocation_size, len(req.available_deviceIDs), len(req.must_include_deviceIDs)
-    if size <= 0 or size > available + must:
+def preferred_request_problem(
+    req: pb.ContainerPreferredAllocationRequest, known: Container[str]
+) -> str | None:
+    """Why a GetPreferredAllocation container request makes no sense (None when it does).
+
+    ``known``: every replica ID this node advertised. The kubelet offers only those, and its
+    must-include IDs are among the available ones; anything else would be echoed as our preference.
+    """
+    ids = [*req.available_deviceIDs, *req.must_include_deviceIDs]
+    unknown = next((i for i in ids if i not in known), None)
+    if unknown is not None:
+        return f"unknown device id {clip(unknown)!r}: not advertised by this node"
+    must_ids = list(req.must_include_deviceIDs)
+    if len(set(must_ids)) != len(must_ids):
+        return f"duplicate must-include device ids in {clip(str(must_ids))}"
+    offered = set(req.available_deviceIDs)
+    stray = next((i for i in must_ids if i not in offered), None)
+    if stray is not None:
+        return f"must-include device {clip(stray)!r} is not among the available devices"
+    size, available, must = req.allocation_size, len(offered), len(must_ids)
+    if size <= 0 or size > available:
         return f"allocation size {size} with {available} available devices"
     if must > size:
         return f"{must} must-include devices for an allocation of {size}"
@@ -112,7 +130,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
     ) -> pb.PreferredAllocationResponse:
         answers = []
         for req in request.container_requests:
-            problem = preferred_request_problem(req)
+            problem = preferred_request_problem(req, self._advertised.uuid_of)
             if problem is not None:
                 self._metrics.bad_requests.labels(method="GetPreferredAllocation").inc()
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
@@ -129,10 +147,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):  # type: ignore[misc]
         try:
             if not request.container_requests:
                 raise BadAllocateRequest("Allocate without container requests")
-            answers = [
-                container_response(await self._handoff.allocate(list(c.devices_ids)))
-                for c in request.container_requests
-            ]
+            requests = [list(c.devices_ids) for c in request.container_requests]
+            answers = [container_response(r) for r in await self._handoff.allocate(requests)]
         except GpubusError as e:
             if isinstance(e, BadAllocateRequest):
                 self._metrics.bad_requests.labels(method="Allocate").inc()

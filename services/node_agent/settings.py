@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,11 @@ ENV_PREFIX = "GPUBUS_NODE_AGENT_"
 #: Replicas per GPU at most: keeps ``<UUID>-<i>`` within the kubelet's 63-character device ID
 #: (40 + 1 + 3) and a ListAndWatch message of 8 GPUs far below gRPC's 4 MiB default.
 MAX_SPLIT_COUNT = 1000
+#: Memory/core scaling at most: oversubscribing a card 100 times is already no limit at all, and
+#: registered MiB and cores must stay numbers every consumer can hold (int64 on the wire).
+MAX_SCALING = 100.0
+#: Preconfigured card memory at most (1 PiB): larger is a typo, and would overflow the wire.
+MAX_DEVICE_MEMORY_MIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,8 +148,10 @@ def validate(settings: NodeAgentSettings) -> NodeAgentSettings:
         raise SettingsError(
             f"device split count must be 1..{MAX_SPLIT_COUNT}, got {settings.device_split_count}"
         )
-    if settings.device_memory_scaling <= 0 or settings.device_core_scaling <= 0:
-        raise SettingsError("device memory and core scaling must be > 0")
+    for name in ("device_memory_scaling", "device_core_scaling"):
+        value = getattr(settings, name)
+        if not (math.isfinite(value) and 0 < value <= MAX_SCALING):
+            raise SettingsError(f"{name.replace('_', ' ')} must be > 0 and <= {MAX_SCALING:g}, got {value}")
     if settings.gpu_core_policy not in ("default", "force", "disable"):
         raise SettingsError(
             f"gpu core policy must be default, force or disable, got {settings.gpu_core_policy!r}"
@@ -151,11 +159,16 @@ def validate(settings: NodeAgentSettings) -> NodeAgentSettings:
     if "/" not in settings.resource_name:
         raise SettingsError(f"resource name {settings.resource_name!r} must look like domain/name")
     for name in ("heartbeat_s", "watch_interval_s"):
-        if getattr(settings, name) <= 0:
+        if not getattr(settings, name) > 0 or math.isinf(getattr(settings, name)):
             raise SettingsError(f"{name} must be > 0 seconds, got {getattr(settings, name)}")
     for name in ("allocate_wait_s", "verify_delay_s", "health_recovery_s"):
-        if getattr(settings, name) < 0:
+        if not getattr(settings, name) >= 0 or math.isinf(getattr(settings, name)):
             raise SettingsError(f"{name} must be >= 0 seconds, got {getattr(settings, name)}")
+    if not 0 <= settings.preconfigured_device_memory <= MAX_DEVICE_MEMORY_MIB:
+        raise SettingsError(
+            f"preconfigured device memory must be 0..{MAX_DEVICE_MEMORY_MIB} MiB,"
+            f" got {settings.preconfigured_device_memory}"
+        )
     if "/" in settings.libvgpu_version:
         raise SettingsError(f"libvgpu version {settings.libvgpu_version!r} must not contain '/'")
     if not 0 <= settings.metrics_port <= 65535:
@@ -219,5 +232,5 @@ def _filter_devices(raw: Any) -> dict[str, Any]:
         raise SettingsError("per-node config: filterdevices.uuid and .index must be lists")
     return {
         "filter_uuids": tuple(str(u) for u in uuids),
-        "filter_indexes": tuple(coerce(i, int, "filterdevices.index") for i in indexes),
+        "filter_indexes": tuple(coerce(i, int, "nodeconfig.filterdevices.index") for i in indexes),
     }

@@ -16,9 +16,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import nats
 import pynvml
 import pytest
 import trustme
+from asyncwait import wait_until
 from natsproc import NatsServerProcess, free_port
 
 from services.sim.kubelet import SimKubelet
@@ -61,6 +63,17 @@ async def test_cli_runs_an_agent_that_registers_serves_metrics_and_stops_on_sigt
             body = await resp.text()
         assert 'gpubus_node_agent_registrations_total{result="ok"} 1.0' in body
         assert 'gpubus_node_agent_devices{health="healthy"} 2.0' in body
+        nc = await nats.connect(nats_url)  # a decision that is no event: counted on the bus's counters
+        try:
+            await nc.jetstream().publish("gpubus.allocation.decided.cli-node", b"\xc1 not msgpack")
+        finally:
+            await nc.close()
+
+        async def counted() -> bool:
+            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                return "gpubus_bus_decode_errors_total 1.0" in await resp.text()
+
+        await wait_until(counted, what="the undecodable decision counted")
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 20) == 0
 
@@ -106,3 +119,27 @@ async def test_nats_file_flags_naming_a_missing_file_stop_the_agent_naming_the_s
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 1
     assert f"node-agent: bus setting {field}: no such file".encode() in err
+
+
+@pytest.mark.parametrize(
+    ("entry", "setting"),
+    [
+        ('"devicememoryscaling": NaN', "nodeconfig.devicememoryscaling"),
+        ('"devicesplitcount": 1e400', "nodeconfig.devicesplitcount"),
+        ('"filterdevices": {"index": [1e400]}', "nodeconfig.filterdevices.index"),
+        ('"devicesplitcount": 2.9', "nodeconfig.devicesplitcount"),
+    ],
+)
+async def test_a_per_node_config_number_out_of_range_exits_2_naming_the_setting(
+    tmp_path: Path, entry: str, setting: str
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(f'{{"nodeconfig": [{{"name": "cfg", {entry}}}]}}')
+    proc = await node_agent(
+        "--node-name", "cfg", "--simulate", "2xT4", "--plugin-dir", str(tmp_path / "dp"),
+        "--pod-resources-socket", "", "--metrics-port", "0", "--nats-url", "nats://127.0.0.1:1",
+        "--node-config-file", str(config),
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert f"setting {setting}".encode() in err and b"Traceback" not in err

@@ -61,6 +61,36 @@ def test_bad_values_name_the_setting(env: dict[str, str], field: str) -> None:
         load_settings(Example, env_prefix="X_", environ=env)
 
 
+@pytest.mark.parametrize(
+    ("raw", "field", "error"),
+    [
+        (2.9, "port", "is not a whole number"),
+        (True, "port", "is not a whole number"),
+        (float("inf"), "port", "is not a whole number"),
+        ("1e400", "ratio", "is not a finite number"),
+        ("nan", "ratio", "is not a finite number"),
+        (float("-inf"), "ratio", "is not a finite number"),
+        (10**400, "ratio", "is not a finite number"),
+        (False, "ratio", "is not a finite number"),
+    ],
+    ids=["fraction", "bool-int", "inf-int", "overflow-text", "nan-text", "-inf", "huge-int", "bool-float"],
+)
+def test_numbers_are_whole_or_finite_never_silently_cut(raw: object, field: str, error: str) -> None:
+    with pytest.raises(SettingsError, match=f"setting {field}: .* {error}"):
+        load_settings(Example, cli={field: raw}, environ={})
+
+
+def test_whole_floats_and_numeric_text_are_numbers() -> None:
+    s = load_settings(Example, cli={"port": 8081.0, "ratio": "1e3"}, environ={})
+    assert (s.port, type(s.port), s.ratio) == (8081, int, 1000.0)
+
+
+def test_a_scalar_for_a_tuple_setting_is_one_item(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("tags: 5\n")
+    assert load_settings(Example, file=f, environ={}).tags == ("5",)
+
+
 def test_unreadable_or_non_mapping_file_is_a_settings_error(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="cannot read"):
         load_settings(Example, file=tmp_path / "missing.yaml", environ={})

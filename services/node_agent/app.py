@@ -222,10 +222,16 @@ class NodeAgent:
         allocations = []
         for key, entry in entries.items():
             try:
-                allocations.append(from_wire(Allocation, msgpack.unpackb(entry.value, raw=False)))
+                allocation = from_wire(Allocation, msgpack.unpackb(entry.value, raw=False))
             except (EventDecodeError, ValueError, msgpack.UnpackException) as e:
                 self.metrics.bad_requests.labels(method="allocations_kv").inc()
                 log.warning("allocations/%s is not an Allocation: %s", key, e)
+                continue
+            if allocation.pod_uid != key:  # the ledger is keyed by pod UID; this one speaks for another pod
+                self.metrics.bad_requests.labels(method="allocations_kv").inc()
+                log.warning("allocations/%s names pod %s; skipped", key, allocation.pod_uid)
+                continue
+            allocations.append(allocation)
         log.info("rebuilt %d pending decisions for %s from KV", self.handoff.rebuild(allocations), self.node)
 
     async def _reconcile_with_kubelet(self) -> None:

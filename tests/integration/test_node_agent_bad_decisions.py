@@ -73,14 +73,18 @@ async def test_names_kubernetes_never_makes_are_refused_counted_and_free_the_siz
         assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
 
 
-async def test_a_ledger_entry_with_a_nul_pod_uid_is_skipped_and_counted_on_restart(bus: Bus) -> None:
+async def test_ledger_entries_that_cannot_be_their_pods_are_skipped_and_counted_on_restart(bus: Bus) -> None:
     async with rig(bus) as r:
         await r.stop_agent()
-        decision = _nul_uid(r)
-        await (await bus.kv(ALLOCATIONS)).put("bad-uid", msgpack.packb(to_wire(decision), use_bin_type=True))
+        kv = await bus.kv(ALLOCATIONS)
+        nul = _nul_uid(r)  # no KV key can hold a NUL: the entry is under another key
+        await kv.put("bad-uid", msgpack.packb(to_wire(nul), use_bin_type=True))
+        stray = r.allocation("stray", [(0, 1000, 10)])  # a valid pod's decision under another pod's key
+        await kv.put("someone-else", msgpack.packb(to_wire(stray), use_bin_type=True))
         await r.start_agent()
-        assert r.metric(BAD, method="allocations_kv") == 1
-        await wait_until(lambda: bool(_failed_for(r, decision)), what="allocation.failed")
+        assert r.metric(BAD, method="allocations_kv") == 2
+        with pytest.raises(AdmissionError, match="no allocation decided for this node"):
+            await r.kubelet.admit(r.pod(stray))
 
 
 def _same_gpu_twice(r: Rig) -> Allocation:

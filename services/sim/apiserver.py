@@ -55,11 +55,17 @@ def _discovery_v1() -> dict[str, Any]:
     return {"kind": "APIResourceList", "groupVersion": "v1", "resources": resources}
 
 
+#: Status reasons of the HTTP errors aiohttp raises itself (routing, body size, method).
+_HTTP_REASONS = {404: "NotFound", 405: "MethodNotAllowed", 413: "RequestEntityTooLarge",
+                 415: "UnsupportedMediaType"}
+
+
 @web.middleware
-async def _status_errors(
+async def status_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """The one place where ``ApiError`` becomes an HTTP status with a ``metav1.Status`` body."""
+    """The one place where an error becomes an HTTP status with a ``metav1.Status`` body: clients
+    decode every failure as a Status, so even a bug answers one (500 InternalError), logged once."""
     try:
         return await handler(request)
     except ApiError as e:
@@ -67,8 +73,12 @@ async def _status_errors(
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        reason = "NotFound" if e.status == 404 else "MethodNotAllowed" if e.status == 405 else "BadRequest"
+        reason = _HTTP_REASONS.get(e.status, "BadRequest")
         return json_response(ApiError(e.status, reason, e.reason).status(), status=e.status)
+    except Exception as e:
+        log.exception("internal error serving %s %s", request.method, request.path)
+        error = ApiError.internal(f"{type(e).__name__} serving {request.method} {request.path}")
+        return json_response(error.status(), status=500)
 
 
 class SimApiServer:
@@ -97,7 +107,7 @@ class SimApiServer:
         return f"http://{self.host}:{self.port}"
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_status_errors], client_max_size=3 * 1024 * 1024)
+        app = web.Application(middlewares=[status_errors], client_max_size=3 * 1024 * 1024)
         add_routes(app.router, self.handlers, self)
         return app
 

@@ -1,7 +1,8 @@
 """The REST verbs of the simulated API server for pods, nodes, namespaces and resourcequotas.
 
-Each handler decodes the request, calls the store and the pure object rules, and renders JSON;
-errors are ``ApiError`` and become a ``Status`` in the server's middleware. Watches stream
+Each handler decodes the request, checks what it would store (``shapes``, once per write: reads
+trust the store), calls the store and the pure object rules, and renders JSON; errors are
+``ApiError`` and become a ``Status`` in the server's middleware. Watches stream
 newline-delimited events from a store ``Watcher`` with bookmarks and the server-side timeout; the
 events that arrive within ``WatchSettings.coalesce_s`` of the first go out in one chunk.
 Strategic-merge patches are applied as JSON merge patches (lists are replaced, not merged by key).
@@ -10,7 +11,9 @@ Strategic-merge patches are applied as JSON merge patches (lists are replaced, n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from services.sim import objects
+from services.sim import objects, shapes
 from services.sim.admission import AdmissionChain
 from services.sim.errors import ApiError, PatchError
 from services.sim.jsonpatch import apply_json_patch, merge_patch
@@ -35,8 +38,11 @@ NAMESPACED = frozenset({"pods", "resourcequotas"})
 _SUCCESS_201 = orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                              "code": 201})
 _MERGE_TYPES = frozenset({"application/merge-patch+json", "application/strategic-merge-patch+json"})
+_JSON_PATCH = "application/json-patch+json"
+_TIMEOUT_SECONDS = re.compile(r"[0-9]{1,18}")  # an int64 of seconds, never negative
 _IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp")
 _GENERATE_NAME_TRIES = 7
+_PRECONDITIONS = ("uid", "resourceVersion")
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -44,11 +50,14 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 async def read_json(request: web.Request) -> Any:
+    """The body, refused (400) unless the server can also write it back out once stored."""
     raw = await request.read()
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise ApiError.bad_request(f"the request body is not valid JSON: {e}") from e
+    shapes.check_depth(body)
+    return body
 
 
 def read_object(body: Any, kind: str) -> Obj:
@@ -113,16 +122,18 @@ class ResourceHandlers:
                               "metadata": {"resourceVersion": rv}, "items": items})
 
     async def create(self, request: web.Request, resource: str) -> web.StreamResponse:
-        namespace = self._ns(request, resource)
-        obj = read_object(await read_json(request), KINDS[resource])
+        namespace, kind = self._ns(request, resource), KINDS[resource]
+        obj = read_object(await read_json(request), kind)
+        shapes.check_metadata(kind, obj["metadata"])
+        _place(obj["metadata"], resource, namespace)
         generated = not obj["metadata"].get("name")
         if resource == "pods":
             obj = await self._admit_pod(obj, namespace)
         else:
             if resource in NAMESPACED:
                 self._namespace(namespace)
-                obj["metadata"]["namespace"] = namespace
-            obj = objects.finish_create(resource, obj, KINDS[resource])
+            shapes.check_write(resource, kind, obj, None)
+            obj = objects.finish_create(resource, obj, kind)
             if resource == "namespaces":
                 obj = _namespace_defaults(obj)
         if generated:
@@ -142,10 +153,12 @@ class ResourceHandlers:
         ns_obj = self._namespace(namespace)
         pod = objects.default_pod(pod, namespace)
         ns_labels = ns_obj["metadata"].get("labels") or {}
-        pod = await self.admission.admit(pod, namespace, ns_labels)
-        pod["metadata"]["namespace"] = namespace
-        objects.validate_pod(pod)
-        pod = objects.new_pod_status(objects.finish_create("pods", pod, "Pod"))
+        admitted = await self.admission.admit(pod, namespace, ns_labels)
+        if admitted is not pod:  # a webhook's JSON patch is input too, and can nest deeper than the body
+            shapes.check_depth(read_object(admitted, "Pod"))
+        shapes.check_write("pods", "Pod", admitted, None)
+        admitted["metadata"]["namespace"] = namespace
+        pod = objects.new_pod_status(objects.finish_create("pods", admitted, "Pod"))
         quotas = list(self.store.items("resourcequotas", namespace))
         if quotas:
             objects.check_quotas(pod, quotas, list(self.store.items("pods", namespace)))
@@ -183,24 +196,30 @@ class ResourceHandlers:
         self, request: web.Request, resource: str, *, status_only: bool, patch: bool
     ) -> web.Response:
         namespace, name = self._ns(request, resource), request.match_info["name"]
+        if patch:
+            _check_patch_type(request.content_type)
         body = await read_json(request)
         old = self.store.get(resource, namespace, name)
         if patch:
             new, expect_rv = _apply_patch(request.content_type, old, body)
         else:
             new = read_object(body, KINDS[resource])
+            _check_url_identity(new["metadata"], resource, namespace, name)
             expect_rv = new["metadata"].get("resourceVersion")
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise ApiError.invalid(resource, name, "the patched object has no metadata")
         new = _keep_identity(new, old)
         if resource in ("pods", "nodes"):
             new = objects.only_status(new, old) if status_only else objects.keep_status(new, old)
+        shapes.check_write(resource, KINDS[resource], new, old)
         return json_response(self.store.update(resource, new, expect_rv=expect_rv))
 
     async def delete(self, request: web.Request, resource: str) -> web.StreamResponse:
         namespace, name = self._ns(request, resource), request.match_info["name"]
+        options = await _optional_json(request)
+        # No await from here to the delete: the preconditions hold for the object it removes.
         old = self.store.get(resource, namespace, name)
-        _check_preconditions(await _optional_json(request), old)
+        _check_preconditions(resource, options, old)
         if resource == "namespaces":
             for inner in ("pods", "resourcequotas"):
                 for obj in list(self.store.items(inner, name)):
@@ -217,11 +236,15 @@ class ResourceHandlers:
                               "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
 
     async def bind(self, request: web.Request, resource: str) -> web.StreamResponse:
-        binding = await read_json(request)
-        if not isinstance(binding, dict):
-            raise ApiError.bad_request("expected a Binding object")
+        binding = shapes.check_binding(await read_json(request))
         namespace = request.match_info["ns"]
-        name = request.match_info.get("name") or (binding.get("metadata") or {}).get("name", "")
+        meta = binding.get("metadata") or {}
+        name = meta.get("name") or ""
+        if request.match_info.get("name", name) != name:
+            raise ApiError.bad_request("name in URL does not match name in Binding object")
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise ApiError.bad_request("the namespace of the provided object does not match the namespace "
+                                       "sent on the request")
         pod = self.store.get("pods", namespace, name)
         self.store.update("pods", objects.bind(pod, binding))
         return web.Response(body=_SUCCESS_201, status=201, content_type="application/json")
@@ -234,6 +257,7 @@ class ResourceHandlers:
 
     async def _watch(self, request: web.Request, resource: str, namespace: str | None) -> web.StreamResponse:
         q, settings = request.query, self.watch_settings
+        timeout = _watch_timeout_s(q.get("timeoutSeconds"), settings)
         try:
             watcher = self.store.watch(resource, namespace, q.get("fieldSelector"), q.get("labelSelector"),
                                        q.get("resourceVersion"))
@@ -241,7 +265,6 @@ class ResourceHandlers:
             if e.code != 410 or settings.gone_as_http:
                 raise
             return await _stream_error(request, e)
-        timeout = min(float(q.get("timeoutSeconds") or settings.default_timeout_s), settings.max_timeout_s)
         bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True")
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         response.enable_chunked_encoding()
@@ -267,9 +290,28 @@ class ResourceHandlers:
                     await response.write(b"".join(batch))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
+        except Exception as e:  # headers are sent: end the stream as a real server does, with an ERROR
+            log.exception("watch of %s failed", resource)
+            await _write_quietly(response, event_line("ERROR", ApiError.internal(type(e).__name__).status()))
         finally:
             self.store.unwatch(watcher)
         return response
+
+
+def _watch_timeout_s(text: str | None, settings: WatchSettings) -> float:
+    """``timeoutSeconds``: a non-negative integer (0 or absent: the default), at most the maximum.
+    Anything else is a 400 before the watch starts: a NaN deadline would break the loop's timers."""
+    if not text:
+        return settings.default_timeout_s
+    if not _TIMEOUT_SECONDS.fullmatch(text):
+        raise ApiError.bad_request(f'invalid value for timeoutSeconds: "{text}": must be a non-negative '
+                                   "integer")
+    return min(int(text) or settings.default_timeout_s, settings.max_timeout_s)
+
+
+async def _write_quietly(response: web.StreamResponse, line: bytes) -> None:
+    with contextlib.suppress(ConnectionResetError):
+        await response.write(line)
 
 
 async def _coalesce(window_s: float, closed: bool) -> None:
@@ -293,26 +335,58 @@ async def _stream_error(request: web.Request, error: ApiError) -> web.StreamResp
     return response
 
 
+def _check_patch_type(content_type: str) -> None:
+    """415 before the body is read: an unknown format says nothing about whether it is JSON."""
+    if content_type not in _MERGE_TYPES and content_type != _JSON_PATCH:
+        raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                       "accepted media types include: application/json-patch+json, "
+                       "application/merge-patch+json, application/strategic-merge-patch+json "
+                       f"(got {content_type})")
+
+
 def _apply_patch(content_type: str, old: Obj, body: Any) -> tuple[Any, str | None]:
     """The patched object and the resourceVersion the patch insists on (None: unconditional)."""
     try:
-        if content_type in _MERGE_TYPES:
-            if not isinstance(body, dict):
-                raise ApiError.bad_request("a merge patch must be a JSON object")
-            rv = (body.get("metadata") or {}).get("resourceVersion")
-            return merge_patch(old, body), rv
-        if content_type == "application/json-patch+json":
-            return apply_json_patch(old, body), None
+        if content_type == _JSON_PATCH:
+            patched = apply_json_patch(old, body)
+            shapes.check_depth(patched)  # an "add" at a deep path can nest deeper than its value
+            return patched, None
+        if not isinstance(body, dict):
+            raise ApiError.bad_request("a merge patch must be a JSON object")
+        meta = body.get("metadata")
+        return merge_patch(old, body), meta.get("resourceVersion") if isinstance(meta, dict) else None
     except PatchError as e:
         raise ApiError(422, "Invalid", f"the patch could not be applied: {e}") from e
-    raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                   "accepted media types include: application/json-patch+json, application/merge-patch+json, "
-                   f"application/strategic-merge-patch+json (got {content_type})")
+
+
+def _place(meta: Obj, resource: str, namespace: str) -> None:
+    """A namespaced object lives in the URL's namespace (a different one in the body is a 400); a
+    cluster-scoped one in none, whatever the body says (``BeforeCreate`` clears it)."""
+    if resource not in NAMESPACED:
+        meta.pop("namespace", None)
+        return
+    if meta.get("namespace") and meta["namespace"] != namespace:
+        raise ApiError.bad_request("the namespace of the provided object does not match the namespace "
+                                   "sent on the request")
+    meta["namespace"] = namespace
+
+
+def _check_url_identity(meta: Obj, resource: str, namespace: str, name: str) -> None:
+    """A PUT body names the object of its URL (the real server's ``checkName``); never a rename."""
+    if meta.get("name") != name:
+        raise ApiError.bad_request(f"the name of the object ({meta.get('name') or ''}) does not match the "
+                                   f"name on the URL ({name})")
+    if resource in NAMESPACED and meta.get("namespace") and meta["namespace"] != namespace:
+        raise ApiError.bad_request(f"the namespace of the object ({meta['namespace']}) does not match the "
+                                   f"namespace on the URL ({namespace})")
 
 
 def _keep_identity(new: Obj, old: Obj) -> Obj:
+    """Identity comes from the stored object; a cluster-scoped one never gains a namespace."""
     old_meta = old["metadata"]
     meta = {**new["metadata"], **{k: old_meta[k] for k in _IMMUTABLE_META if k in old_meta}}
+    if "namespace" not in old_meta:
+        meta.pop("namespace", None)
     return {**new, "metadata": meta, "apiVersion": old.get("apiVersion", "v1"), "kind": old.get("kind")}
 
 
@@ -320,15 +394,25 @@ async def _optional_json(request: web.Request) -> Any:
     return await read_json(request) if request.can_read_body else None
 
 
-def _check_preconditions(options: Any, old: Obj) -> None:
-    if not isinstance(options, dict):
+def _check_preconditions(resource: str, options: Any, old: Obj) -> None:
+    """DeleteOptions' ``preconditions`` against the object being deleted: a mismatch is a 409."""
+    if options is None:
         return
-    pre = options.get("preconditions") or {}
-    name = old["metadata"]["name"]
-    if pre.get("uid") and pre["uid"] != old["metadata"].get("uid"):
-        raise ApiError.conflict("pods", name, f"Precondition failed: UID in precondition: {pre['uid']}")
-    if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
-        raise ApiError.conflict("pods", name, "Precondition failed: resourceVersion mismatch")
+    if not isinstance(options, dict):
+        raise ApiError.bad_request("expected a DeleteOptions object")
+    pre = options.get("preconditions")
+    if pre is None:
+        return
+    if not isinstance(pre, dict) or not all(isinstance(pre.get(k) or "", str) for k in _PRECONDITIONS):
+        raise ApiError.bad_request("DeleteOptions.preconditions must hold uid and resourceVersion strings")
+    meta, name = old["metadata"], old["metadata"]["name"]
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
+        raise ApiError.conflict(resource, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
+                                f"UID in object meta: {meta.get('uid')}")
+    if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+        raise ApiError.conflict(resource, name, f"Precondition failed: ResourceVersion in precondition: "
+                                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                f"{meta['resourceVersion']}")
 
 
 def _namespace_defaults(ns: Obj) -> Obj:

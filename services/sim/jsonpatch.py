@@ -121,8 +121,22 @@ def _op_replace(doc: Json, op: dict[str, Any]) -> Json:
     return _add(doc, tokens, _value(op))
 
 
+def json_equal(a: Json, b: Json) -> bool:
+    """Equality of JSON values (RFC 6902 ``test``): types matter, so ``false`` is not ``0`` nor
+    ``true`` ``1`` as they are in Python; numbers compare by value, whole or not."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(json_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(json_equal, a, b))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float):
+        return isinstance(b, int | float) and a == b
+    return type(a) is type(b) and a == b
+
+
 def _op_test(doc: Json, op: dict[str, Any]) -> Json:
-    if _get(doc, parse_pointer(op["path"])) != _value(op):
+    if not json_equal(_get(doc, parse_pointer(op["path"])), _value(op)):
         raise PatchError(f"test failed at {op['path']!r}")
     return doc
 

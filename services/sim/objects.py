@@ -1,12 +1,13 @@
 """What the simulated API server does to objects besides storing them (pure; no I/O).
 
 Defaulting before admission (``schedulerName``, ``restartPolicy``...), system fields after it
-(name from ``generateName``, uid, creationTimestamp, phase Pending), minimal validation, the
-Binding rules of ``BindingREST.setPodNodeAndMetadata``, the status-subresource split (a main
-update keeps the old status, a status update keeps everything but status), and ResourceQuota
-usage. Quota ``status.used`` is computed when read, from the live (not Succeeded/Failed) pods of
-the namespace, for the resources named in ``spec.hard``; pod creation is refused with 403
-``exceeded quota`` when a pod would push a quota past ``hard`` (the ResourceQuota admission plugin).
+(name from ``generateName``, uid, creationTimestamp, phase Pending), name rules (the types of what
+is written are checked in ``shapes``), the Binding rules of ``BindingREST.setPodNodeAndMetadata``,
+the status-subresource split (a main update keeps the old status, a status update keeps everything
+but status), and ResourceQuota usage. Quota ``status.used`` is computed when read, from the live
+(not Succeeded/Failed) pods of the namespace, for the resources named in ``spec.hard``; pod creation
+is refused with 403 ``exceeded quota`` when a pod would push a quota past ``hard`` (the
+ResourceQuota admission plugin).
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ from services.sim.errors import ApiError
 
 Obj = dict[str, Any]
 
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+#: Per resource: the name's pattern (always ``fullmatch``: ``$`` would let a trailing newline in),
+#: its length limit and the real server's words for it. Namespaces are labels, the rest subdomains.
+_NAME_RULES: dict[str, tuple[re.Pattern[str], int, str]] = {
+    "namespaces": (re.compile(_LABEL), 63, "a lowercase RFC 1123 label must consist of lower case "
+                   "alphanumeric characters or '-', and must start and end with an alphanumeric character "
+                   f"(regex used for validation is '{_LABEL}')"),
+}
+_SUBDOMAIN_RULE = (re.compile(rf"{_LABEL}(\.{_LABEL})*"), 253, "a lowercase RFC 1123 subdomain must consist "
+                   "of lower case alphanumeric characters, '-' or '.', and must start and end with an "
+                   f"alphanumeric character (regex used for validation is '{_LABEL}(\\.{_LABEL})*')")
 #: The alphabet of apiserver's generateName suffixes (no vowels, no confusable characters).
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -33,10 +44,12 @@ def now() -> str:
 
 
 def check_name(resource: str, name: str) -> None:
-    if not name or len(name) > 253 or not _NAME.match(name):
-        raise ApiError.invalid(resource, name, f"metadata.name: Invalid value: {name!r}: a lowercase "
-                               "RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-                               "'-' or '.'")
+    pattern, limit, rule = _NAME_RULES.get(resource, _SUBDOMAIN_RULE)
+    if len(name) > limit:
+        raise ApiError.invalid(resource, name, f"metadata.name: Invalid value: {name!r}: must be no more "
+                               f"than {limit} characters")
+    if not pattern.fullmatch(name):
+        raise ApiError.invalid(resource, name, f"metadata.name: Invalid value: {name!r}: {rule}")
 
 
 def default_pod(pod: Obj, namespace: str) -> Obj:
@@ -44,10 +57,6 @@ def default_pod(pod: Obj, namespace: str) -> Obj:
     if not isinstance(pod.get("metadata"), dict) or not isinstance(pod.get("spec"), dict):
         raise ApiError.bad_request("Pod must have metadata and spec objects")
     meta, spec = pod["metadata"], pod["spec"]
-    body_ns = meta.get("namespace")
-    if body_ns and body_ns != namespace:
-        raise ApiError.bad_request("the namespace of the provided object does not match the namespace "
-                                   "sent on the request")
     meta["namespace"] = namespace
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("restartPolicy", "Always")
@@ -77,20 +86,6 @@ def finish_create(resource: str, obj: Obj, kind: str) -> Obj:
     meta.pop("deletionTimestamp", None)
     obj["apiVersion"], obj["kind"] = "v1", kind
     return obj
-
-
-def validate_pod(pod: Obj) -> None:
-    containers = pod["spec"].get("containers")
-    name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
-    if not isinstance(containers, list) or not containers:
-        raise ApiError.invalid("pods", name, "spec.containers: Required value")
-    seen: set[str] = set()
-    for i, container in enumerate(containers):
-        if not isinstance(container, dict) or not container.get("name") or not container.get("image"):
-            raise ApiError.invalid("pods", name, f"spec.containers[{i}]: name and image are required")
-        if container["name"] in seen:
-            raise ApiError.invalid("pods", name, f"spec.containers[{i}].name: Duplicate value")
-        seen.add(container["name"])
 
 
 def new_pod_status(pod: Obj) -> Obj:

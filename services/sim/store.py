@@ -17,6 +17,7 @@ No HTTP here: the server layer parses requests and renders responses.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ import orjson
 
 from services.sim.errors import ApiError
 from services.sim.selectors import Matcher, field_value, parse_field_selector, parse_label_selector
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -150,18 +153,27 @@ class Store:
     # writes ----------------------------------------------------------------
 
     def _commit(self, resource: str, kind: str, obj: Obj, old: Obj | None) -> Obj:
-        self.rv += 1
-        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}
+        """Store one write and tell the watchers. The event is serialised before anything changes,
+        so a write that cannot be sent is not stored; a watcher that cannot take it is closed (its
+        client re-watches) rather than left open without it."""
+        rv = self.rv + 1
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}}
+        change = Change(rv, resource, kind, obj, old)
+        change.line()
+        self.rv = rv
         meta = obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         if kind == "DELETED":
             del self._objects[resource][key]
         else:
             self._objects[resource][key] = obj
-        change = Change(self.rv, resource, kind, obj, old)
         self._remember(change)
         for watcher in self._watchers_for(change):
-            watcher.offer(change)
+            try:
+                watcher.offer(change)
+            except Exception:
+                log.exception("closing a %s watch that could not take change %d", resource, rv)
+                watcher.close()
         return obj
 
     def create(self, resource: str, obj: Obj) -> Obj:

@@ -1,9 +1,10 @@
 """RFC 6902 JSON Patch and RFC 7386 merge patch as the simulated API server applies them.
 
 Case matrix: add (object member, whole map, array index, ``-``, escaped ``~1``/``~0`` keys),
-replace, remove, test (pass/fail), move, copy; failures (missing parent, bad index, missing value,
-unknown op, non-array patch) raise PatchError and leave the input untouched; merge patch
-(nested merge, null deletes, scalars and arrays replace, input never mutated).
+replace, remove, test (pass/fail; JSON equality: false is not 0, 1 is 1.0), move, copy; failures
+(missing parent, bad index, missing value, unknown op, non-array patch) raise PatchError and leave
+the input untouched; merge patch (nested merge, null deletes, scalars and arrays replace, input
+never mutated).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.sim.errors import PatchError
-from services.sim.jsonpatch import apply_json_patch, merge_patch, parse_pointer
+from services.sim.jsonpatch import apply_json_patch, json_equal, merge_patch, parse_pointer
 
 POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1"}},
                        "spec": {"containers": [{"name": "c0"}, {"name": "c1"}]}}
@@ -103,3 +104,17 @@ json_values = st.recursive(st.none() | st.integers() | st.text(max_size=3),
 def test_merge_patch_with_itself_is_idempotent(doc: dict[str, Any]) -> None:
     once = merge_patch({}, doc)
     assert merge_patch(once, doc) == once
+
+
+@pytest.mark.parametrize(("a", "b", "equal"), [
+    (0, False, False), (1, True, False), (False, False, True), (0, 0.0, True), (1, 1.5, False),
+    ([0], [False], False), ({"a": 1}, {"a": True}, False), ({"a": [1, "x"]}, {"a": [1.0, "x"]}, True),
+    ("1", 1, False), (None, None, True), (None, False, False), ({"a": 1}, {"a": 1, "b": 2}, False),
+])
+def test_json_equal_compares_json_values_not_python_ones(a: Any, b: Any, equal: bool) -> None:
+    assert json_equal(a, b) is equal and json_equal(b, a) is equal
+
+
+def test_a_test_op_for_false_fails_against_zero() -> None:
+    with pytest.raises(PatchError, match="test failed"):
+        apply_json_patch({"priority": 0}, [{"op": "test", "path": "/priority", "value": False}])

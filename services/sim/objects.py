@@ -139,19 +139,24 @@ def only_status(new: Obj, old: Obj) -> Obj:
 # --------------------------------------------------------------------------- quantities and quota
 
 _SUFFIXES = {
-    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
-    "T": Decimal(10**12), "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
+    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("0.001"), "k": Decimal(10**3),
+    "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
+    "E": Decimal(10**18), "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40), "Pi": Decimal(2**50), "Ei": Decimal(2**60),
 }
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([a-zA-Z]*)$")
+#: Kubernetes' quantity grammar: a decimal number, then a suffix or a decimal exponent (``1e3``).
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE]([+-]?[0-9]{1,3})|([a-zA-Z]*))")
 
 
 def parse_quantity(text: Any) -> Decimal:
-    m = _QUANTITY.match(str(text).strip())
-    if not m or m.group(2) not in _SUFFIXES:
+    m = _QUANTITY.fullmatch(str(text).strip())
+    if not m or (m.group(3) or "") not in _SUFFIXES:
         raise ApiError.bad_request(f"quantities must match the regular expression: {text!r}")
     try:
-        return Decimal(m.group(1)) * _SUFFIXES[m.group(2)]
+        number = Decimal(m.group(1))
+        if m.group(2) is not None:  # Decimal keeps the exponent apart: no huge integer is ever built
+            return number.scaleb(int(m.group(2)))
+        return number * _SUFFIXES[m.group(3) or ""]
     except InvalidOperation as e:
         raise ApiError.bad_request(f"invalid quantity {text!r}") from e
 

@@ -221,6 +221,14 @@ WRONG_TYPES: list[tuple[str, str, Any, str]] = [
 ]
 
 
+@pytest.mark.parametrize("quantity", ["1e3", "1.5E-2", "100m", "5n", "2u", "3P", "1Ei", ".5", "+2k"])
+async def test_every_form_of_the_quantity_grammar_is_accepted(api: Api, quantity: str) -> None:
+    # with a quota in the namespace every quantity is parsed; the real server takes all of these
+    quota = {"metadata": {"name": "q"}, "spec": {"hard": {"cpu": "1e19"}}}
+    assert (await api.call("POST", QUOTAS, quota))[0] == 201
+    assert (await api.call("POST", PODS, with_container(resources={"limits": {"cpu": quantity}})))[0] == 201
+
+
 @pytest.fixture
 async def populated(api: Api) -> Api:
     """A pod ``p``, a Ready node ``n1`` and a quota ``q1``: what the refused writes aim at."""

@@ -18,10 +18,11 @@ from asyncwait import wait_until
 from conftest import bus_settings
 from nats.aio.msg import Msg
 from natsproc import NatsServerProcess
+from test_bus import Collector
 
 from shared.bus import STREAM, Bus, EventRefused, schema
 from shared.codec import encode
-from shared.events import AllocationReleased, Event
+from shared.events import AllocationReleased
 
 NODE = "node-big"
 DECISIONS = ("gpubus.allocation.released.*",)
@@ -36,17 +37,6 @@ def released_of_size(size: int) -> AllocationReleased:
     """An event whose encoded body is exactly ``size`` bytes (``size`` > 70 000)."""
     probe = released(why="x" * 70_000)
     return released(why="x" * (70_000 + size - len(encode(probe))))
-
-
-class Collector:
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    async def __call__(self, event: Event) -> None:
-        self.events.append(event)
-
-    def ids(self) -> list[str]:
-        return [e.id for e in self.events]
 
 
 async def test_event_over_max_payload_raises_event_refused_logged_and_counted(

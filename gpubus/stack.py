@@ -30,11 +30,11 @@ import aiohttp
 from gpubus.natsserver import (
     DEFAULT_PORT,
     EmbeddedNats,
-    NatsServerError,
     environ_with_defaults,
     free_port,
     port_is_free,
 )
+from gpubus.stack_datadir import SUBDIRS, DataDirLock, make_dirs
 from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,9 @@ SCHEDULER_NAME = "gpubus-scheduler"
 #: Offsets from ``--port-base``: API server, webhook, extender, monitor /metrics.
 _OFFSETS = {"apiserver": 0, "webhook": 1, "scheduler": 2, "monitor": 3}
 DEFAULT_PORT_BASE = 17000
+MAX_PORT = 65535
+MAX_PORT_BASE = MAX_PORT - max(_OFFSETS.values())
+"""The highest ``--port-base`` whose every offset is still a port."""
 
 
 class StackError(RuntimeError):
@@ -218,6 +221,9 @@ class Stack:
         self.children: dict[str, Child] = {}
         self.ports: Ports | None = None
         self.tls: WebhookTLS | None = None
+        self.lock = DataDirLock(self.data_dir)
+        self._nats_starting: asyncio.Task[None] | None = None
+        """The thread starting NATS: cancelling ``start`` cannot stop it, so ``stop`` waits for it."""
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -256,24 +262,30 @@ class Stack:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """NATS, the API server, then the other children together; on failure stop what started."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.ports = Ports.choose(self.spec.port_base)
-        if self.spec.fresh:
-            shutil.rmtree(self.data_dir / "nats", ignore_errors=True)
-        self.admissions_log.unlink(missing_ok=True)
-        self.tls = ensure_webhook_tls(self.data_dir / "tls")
-        if not self.spec.nats_url:
-            self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port)
-        self.children = self._build_children()
+        """Lock the data dir, then NATS, the API server, then the other children together.
+
+        On failure or cancellation stop what started (DataDirError/DataDirBusy if the data dir is
+        unusable or another stack holds it)."""
+        make_dirs(self.data_dir)
+        self.lock.acquire()
         try:
-            if self.nats is not None:
-                await asyncio.to_thread(self.nats.start)
+            self.ports = Ports.choose(self.spec.port_base)
+            if self.spec.fresh:
+                shutil.rmtree(self.data_dir / "nats", ignore_errors=True)
+            make_dirs(self.data_dir, SUBDIRS)
+            self.admissions_log.unlink(missing_ok=True)
+            self.tls = ensure_webhook_tls(self.data_dir / "tls")
+            if not self.spec.nats_url:
+                self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port)
+                self._nats_starting = asyncio.create_task(asyncio.to_thread(self.nats.start),
+                                                          name="nats-start")
+                await asyncio.shield(self._nats_starting)
+            self.children = self._build_children()
             first, *rest = self.children.values()
             await self._start_ready(first)
             # The others need only NATS and the API server: start them together, both cores busy.
             await asyncio.gather(*(self._start_ready(child) for child in rest))
-        except (StackError, NatsServerError, OSError):
+        except BaseException:
             await self.stop()
             raise
 
@@ -283,11 +295,18 @@ class Stack:
         log.info("%s ready (pid %s)", child.name, child.pid)
 
     async def stop(self) -> None:
-        """Children in reverse order, then NATS."""
+        """Children in reverse order, then NATS (once a start in progress is done), then the data dir lock."""
         for child in reversed(list(self.children.values())):
             await child.stop()
+        starting = self._nats_starting
+        if starting is not None:
+            await asyncio.wait([starting])  # a thread cannot be interrupted: let it finish, then undo it
+            if not starting.cancelled():
+                starting.exception()  # start() raised its failure to whoever still awaited it
+            self._nats_starting = None
         if self.nats is not None:
             await asyncio.to_thread(self.nats.stop)
+        self.lock.release()
 
     async def watch(self) -> tuple[str, int]:
         """Return (name, exit code) of the first child (or NATS) that dies."""

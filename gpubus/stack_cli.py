@@ -9,20 +9,50 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import signal
 from collections.abc import Callable, Coroutine
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from gpubus import options
 from gpubus.natsserver import DEFAULT_PORT, NatsServerError
-from gpubus.stack import DEFAULT_PORT_BASE, SCHEDULER_NAME, Stack, StackError, StackSpec
+from gpubus.stack import (
+    DEFAULT_PORT_BASE,
+    MAX_PORT,
+    MAX_PORT_BASE,
+    SCHEDULER_NAME,
+    Stack,
+    StackError,
+    StackSpec,
+)
+from gpubus.stack_datadir import DataDirBusy, DataDirError
+from services.node_agent.settings import MAX_SPLIT_COUNT
 from shared.errors import BadInput, GpubusError
 from shared.logs import setup_logging
 
 DEFAULT_DATA_DIR = Path.home() / ".gpubus" / "up"
 DEFAULT_KUBECONFIG = DEFAULT_DATA_DIR / "kubeconfig"
+MAX_NODES = 1000
+"""Most simulated nodes of one ``gpubus up``: all of them run in one process on one machine
+(``bench/e2e.py`` runs 100 on 2 cores); past this, memory and start-up time are what grow."""
+MAX_SUBMIT_COUNT = 10_000
+"""Most copies ``gpubus submit --count`` makes of each Pod in the file."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Each stops ``gpubus up`` and everything it started: the children run in sessions of their own,
+so a closed terminal (SIGHUP) reaches only ``up`` itself."""
+
+
+class LogLevel(StrEnum):
+    """Log levels of the stack's children."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
 
 Opt = typer.Option
 KubeconfigOpt = Annotated[Path, Opt(envvar="GPUBUS_KUBECONFIG",
@@ -45,18 +75,25 @@ def register(app: typer.Typer) -> None:
 # -- up ------------------------------------------------------------------------------------------
 
 def up(  # noqa: PLR0917 - typer maps parameters to the command line
-    nodes: Annotated[int, Opt(help="Simulated nodes.")] = 4,
-    devices: Annotated[str, Opt(help="Simulated GPUs per node, e.g. 4xA100-80GB or 8xH100-80GB.")]
+    nodes: Annotated[int, Opt(min=1, max=MAX_NODES, help="Simulated nodes.")] = 4,
+    devices: Annotated[str, Opt(callback=options.device_spec,
+                                help="Simulated GPUs per node, e.g. 4xA100-80GB or 8xH100-80GB.")]
     = "4xA100-80GB",
-    nats: Annotated[str | None, Opt(help="Use this NATS URL instead of starting one.")] = None,
-    nats_port: Annotated[int, Opt(help="Port of the embedded NATS.")] = DEFAULT_PORT,
-    data_dir: Annotated[Path, Opt(help="State, logs, certificates and kubeconfig.")] = DEFAULT_DATA_DIR,
-    port_base: Annotated[int, Opt(help="API server port; webhook +1, extender +2, metrics +3 (0 = any).")]
+    nats: Annotated[str | None, Opt(callback=options.nats_url,
+                                    help="Use this NATS URL instead of starting one.")] = None,
+    nats_port: Annotated[int, Opt(min=0, max=MAX_PORT, help="Port of the embedded NATS (0 = any).")]
+    = DEFAULT_PORT,
+    data_dir: Annotated[Path, Opt(parser=options.data_dir, metavar="DIR",
+                                  help="State, logs, certificates and kubeconfig.")] = DEFAULT_DATA_DIR,
+    port_base: Annotated[int, Opt(min=0, max=MAX_PORT_BASE,
+                                  help="API server port; webhook +1, extender +2, metrics +3 (0 = any).")]
     = DEFAULT_PORT_BASE,
-    split_count: Annotated[int, Opt(help="Containers that may share one GPU.")] = 10,
+    split_count: Annotated[int, Opt(min=1, max=MAX_SPLIT_COUNT, help="Containers that may share one GPU.")]
+    = 10,
     pod_duration: Annotated[str, Opt(help="Pod run time without gpubus.io/sim-duration (inf = forever).")]
     = "60s",
-    log_level: Annotated[str, Opt(help="debug, info, warning, error (children's logs).")] = "info",
+    log_level: Annotated[LogLevel, Opt(case_sensitive=False, help="Log level of the children.")]
+    = LogLevel.INFO,
     fresh: Annotated[bool, Opt(help="Forget events and state of an earlier run in --data-dir.")] = False,
     single_node_filter: Annotated[bool, Opt(
         help="HAMi mode: the extender's filter returns only the best node, so kube-scheduler skips "
@@ -66,16 +103,17 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     setup_logging("info")
     spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
                      port_base=port_base, split_count=split_count, pod_duration=pod_duration,
-                     log_level=log_level, fresh=fresh, single_node_filter=single_node_filter)
+                     log_level=log_level.value, fresh=fresh, single_node_filter=single_node_filter)
     with contextlib.suppress(KeyboardInterrupt):
         code = asyncio.run(_up(spec))
         raise typer.Exit(code)
 
 
 async def _up(spec: StackSpec) -> int:
+    """Orchestration: start, serve until a stop signal or a dead child, then stop everything."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     stack = Stack(spec)
     typer.echo(f"starting gpubus: {spec.nodes} nodes x {spec.devices} (data in {stack.data_dir})")
@@ -86,6 +124,7 @@ async def _up(spec: StackSpec) -> int:
         if not starting.done():
             starting.cancel()
             typer.echo("interrupted while starting; stopping")
+            await asyncio.gather(starting, return_exceptions=True)  # start() undoes what it began
             return 130
         starting.result()
         _print_endpoints(stack)
@@ -101,7 +140,10 @@ async def _up(spec: StackSpec) -> int:
         watching.cancel()
         typer.echo("\nstopping gpubus ...")
         return 0
-    except (StackError, NatsServerError) as e:
+    except DataDirError as e:
+        typer.secho(f"gpubus up: {e}", fg="red", err=True)
+        return 2
+    except (StackError, NatsServerError, DataDirBusy, OSError) as e:
         typer.secho(f"gpubus up failed: {e}", fg="red", err=True)
         return 1
     finally:
@@ -115,12 +157,12 @@ def _print_endpoints(stack: Stack) -> None:
     typer.secho("gpubus is up", fg="green", bold=True)
     for what, where in stack.endpoints().items():
         typer.echo(f"  {what:<16} {where}")
-    k = stack.kubeconfig
+    k = shlex.quote(str(stack.kubeconfig))
+    kubeconfig = "" if stack.kubeconfig == DEFAULT_KUBECONFIG else f" --kubeconfig {k}"
     typer.echo("\ntry:")
-    typer.echo(f"  gpubus tap --nats {stack.nats_url}")
-    typer.echo("  gpubus submit examples/pod-shared-memory.yaml --count 20"
-               + ("" if k == DEFAULT_KUBECONFIG else f" --kubeconfig {k}"))
-    typer.echo("  gpubus get pods" + ("" if k == DEFAULT_KUBECONFIG else f" --kubeconfig {k}"))
+    typer.echo(f"  gpubus tap --nats {shlex.quote(stack.nats_url)}")
+    typer.echo(f"  gpubus submit examples/pod-shared-memory.yaml --count 20{kubeconfig}")
+    typer.echo(f"  gpubus get pods{kubeconfig}")
     typer.echo(f"  kubectl --kubeconfig {k} get pods,nodes")
     typer.echo("Ctrl-C stops everything.")
 
@@ -129,10 +171,12 @@ def _print_endpoints(stack: Stack) -> None:
 
 def submit(
     pod_file: Annotated[Path, typer.Argument(help="Pod manifest (YAML, may hold several Pods).")],
-    count: Annotated[int, Opt(help="Create this many copies (names become generateName).")] = 1,
+    count: Annotated[int, Opt(min=1, max=MAX_SUBMIT_COUNT,
+                              help="Create this many copies (names become generateName).")] = 1,
     kubeconfig: KubeconfigOpt = DEFAULT_KUBECONFIG,
     namespace: Annotated[str, Opt("--namespace", "-n", help="Namespace of pods that name none.")] = "default",
-    timeout: Annotated[float, Opt(help="Stop waiting after this many seconds.")] = 120.0,
+    timeout: Annotated[float, Opt(callback=options.positive_seconds,
+                                  help="Stop creating and waiting after this many seconds.")] = 120.0,
 ) -> None:
     """Create pods, show progress while they schedule, and summarise (phases, reasons, submit->Running)."""
     from gpubus.stack_submit import SubmitOptions, load_pods
@@ -145,6 +189,8 @@ def submit(
     except (BadInput, GpubusError, OSError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    if len(tracker.pods) + len(errors) < len(pods):
+        typer.echo(f"created {len(tracker.pods)} of {len(pods)} pods before --timeout")
     for line in tracker.summary():
         typer.echo(line)
     for error in errors[:5]:
@@ -174,7 +220,8 @@ def get_pods(
 
 
 def snapshot(
-    nats: Annotated[str, Opt(help="NATS URL of the cluster.")] = f"nats://127.0.0.1:{DEFAULT_PORT}",
+    nats: Annotated[str, Opt(callback=options.nats_url, help="NATS URL of the cluster.")]
+    = f"nats://127.0.0.1:{DEFAULT_PORT}",
 ) -> None:
     """Print the live cluster (inventory + ledger) as CLUSTER.json for `gpubus explain --cluster`."""
     import json

@@ -18,10 +18,10 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from gpubus.stack_control import stop_on_signals, write_ready
 from services.monitor.app import MonitorApp
@@ -80,6 +80,7 @@ class SimCluster:
     def __init__(self, spec: NodesSpec, bus: Bus, kube: KubeClient) -> None:
         self.spec, self.bus, self.kube = spec, bus, kube
         self.sockets = Path(tempfile.mkdtemp(prefix="gpubus-", dir=host_scratch_root()))
+        log.info("simulated hosts' files in %s", self.sockets)
         self.names = [f"{spec.prefix}-{i}" for i in range(1, spec.nodes + 1)]
         self.sims: dict[str, SimNode] = {}
         self.agents: dict[str, NodeAgent] = {}
@@ -187,7 +188,8 @@ class SimCluster:
 
 
 async def run_nodes(spec: NodesSpec) -> None:
-    """Serve until SIGTERM/SIGINT or until a node dies."""
+    """Serve until SIGTERM/SIGINT or until a node dies; a signal while the nodes start stops them too
+    (the parent kills a child that ignores SIGTERM, and a killed one leaves its scratch dir behind)."""
     stop = asyncio.Event()
     stop_on_signals(stop)
     bus = await Bus.connect(BusSettings(url=spec.nats_url, name="gpubus-sim-nodes", reconnect_wait_s=0.25),
@@ -196,7 +198,9 @@ async def run_nodes(spec: NodesSpec) -> None:
     cluster = SimCluster(spec, bus, kube)
     try:
         await bus.ensure_schema()
-        await cluster.start()
+        if not await _unless_stopped(cluster.start(), stop):
+            log.info("stopped while starting")
+            return
         write_ready(spec.ready_file, nodes=cluster.names,
                     metrics_port=cluster.monitor.metrics_port if cluster.monitor else 0)
         log.info("%d simulated nodes up (%s each)", len(cluster.names), spec.devices)
@@ -211,3 +215,19 @@ async def run_nodes(spec: NodesSpec) -> None:
         await bus.close()
     if cluster.fatal.is_set():
         raise SystemExit("simulated nodes stopped: a node died (see the log above)")
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``work``; if ``stop`` is set first, cancel it and return False."""
+    working = asyncio.create_task(work, name="nodes-start")
+    stopping = asyncio.create_task(stop.wait(), name="nodes-stop-while-starting")
+    try:
+        await asyncio.wait([working, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if working.done():
+        working.result()
+        return True
+    working.cancel()
+    await asyncio.gather(working, return_exceptions=True)
+    return False

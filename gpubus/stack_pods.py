@@ -10,6 +10,7 @@ import datetime as dt
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,27 +22,45 @@ STARTED = frozenset({"Running", "Succeeded"})
 DONE = frozenset({"Running", "Succeeded", "Failed"})
 
 
-def pods_from_documents(docs: list[Any], count: int) -> list[Pod]:
+@dataclass(frozen=True, slots=True)
+class PodCopies:
+    """Every Pod of a manifest ``count`` times; each copy is made as it is taken, so a large
+    ``--count`` costs memory for the pods in flight, not for all of them before the first is sent."""
+
+    templates: tuple[Pod, ...]
+    count: int
+
+    def __len__(self) -> int:
+        return len(self.templates) * self.count
+
+    def __iter__(self) -> Iterator[Pod]:
+        for template in self.templates:
+            for _ in range(self.count):
+                pod = copy.deepcopy(template)
+                if self.count > 1 and pod["metadata"].get("name"):
+                    pod["metadata"]["generateName"] = pod["metadata"].pop("name") + "-"
+                yield pod
+
+
+def pods_from_documents(docs: list[Any], count: int) -> PodCopies:
     """Every Pod document ``count`` times; with count > 1 names become ``generateName`` prefixes."""
     if count < 1:
         raise BadInput("--count must be at least 1")
-    pods: list[Pod] = []
+    templates: list[Pod] = []
     for i, raw in enumerate(d for d in docs if d is not None):
         kind = raw.get("kind", "Pod") if isinstance(raw, dict) else type(raw).__name__
         if kind != "Pod":
             raise BadInput(f"document {i + 1} is not a Pod (kind {kind})")
         doc = {"apiVersion": "v1", "kind": "Pod", **raw}
         meta = doc.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise BadInput(f"document {i + 1}: metadata must be a mapping")
         if not meta.get("name") and not meta.get("generateName"):
             raise BadInput(f"document {i + 1}: metadata.name or metadata.generateName is required")
-        for _ in range(count):
-            pod = copy.deepcopy(doc)
-            if count > 1 and pod["metadata"].get("name"):
-                pod["metadata"]["generateName"] = pod["metadata"].pop("name") + "-"
-            pods.append(pod)
-    if not pods:
+        templates.append(doc)
+    if not templates:
         raise BadInput("no Pod in the file")
-    return pods
+    return PodCopies(tuple(templates), count)
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -20,7 +20,7 @@ from typing import Any, cast
 import orjson
 import yaml
 
-from gpubus.stack_pods import Pod, PodTracker, pod_rows, pods_from_documents, render_table
+from gpubus.stack_pods import Pod, PodCopies, PodTracker, pod_rows, pods_from_documents, render_table
 from shared.errors import BadInput, GpubusError
 from shared.kube import KubeClient, KubeUnavailable, list_and_watch_pods
 from shared.kube_types import Pod as KubePod
@@ -28,12 +28,11 @@ from shared.kube_types import Pod as KubePod
 
 async def connect(kubeconfig: Path) -> KubeClient:
     """A client for ``kubeconfig`` that has answered once; BadInput/KubeUnavailable with a hint if not."""
-    if not os.path.exists(kubeconfig):  # noqa: ASYNC240 - one stat before any I/O starts
-        raise BadInput(f"no kubeconfig at {kubeconfig}: start `gpubus up` or pass --kubeconfig")
+    check_kubeconfig(kubeconfig)
     try:
         kube = await KubeClient.from_kubeconfig(kubeconfig)
     except Exception as e:  # kubernetes_asyncio raises its own ConfigException for a broken file
-        raise BadInput(f"cannot use kubeconfig {kubeconfig}: {e}") from e
+        raise BadInput(f"cannot use kubeconfig {kubeconfig}: {' '.join(str(e).split())}") from e
     try:
         await kube.list_pods(field_selector="metadata.name=gpubus-ping")
     except GpubusError as e:
@@ -42,13 +41,38 @@ async def connect(kubeconfig: Path) -> KubeClient:
     return kube
 
 
-def load_pods(path: Path, count: int) -> list[Pod]:
+def check_kubeconfig(path: Path) -> None:
+    """BadInput in one line for a kubeconfig that is missing, unreadable, not YAML or not a mapping
+    (the Kubernetes client would fail on those with a TypeError or a multi-line YAML report)."""
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"no kubeconfig at {path}: start `gpubus up` or pass --kubeconfig") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"cannot read kubeconfig {path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise BadInput(f"cannot use kubeconfig {path}: not valid YAML ({_yaml_problem(e)})") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"cannot use kubeconfig {path}: not a kubeconfig (empty, or not a YAML mapping)")
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's report in one line: the problem and where, without the context lines."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        mark = e.problem_mark
+        return f"{e.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(e).split())
+
+
+def load_pods(path: Path, count: int) -> PodCopies:
     try:
         docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise BadInput(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise BadInput(f"cannot read {path}: {str(e).splitlines()[0] if str(e) else e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"cannot read {path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise BadInput(f"cannot read {path}: not valid YAML ({_yaml_problem(e)})") from None
     return pods_from_documents(docs, count)
 
 
@@ -61,23 +85,24 @@ class SubmitOptions:
     progress: bool = True
 
 
-async def _create_all(kube: KubeClient, pods: list[Pod], options: SubmitOptions, tracker: PodTracker,
+async def _create_all(kube: KubeClient, pods: PodCopies, options: SubmitOptions, tracker: PodTracker,
                       errors: list[str]) -> None:
-    limit = asyncio.Semaphore(options.concurrency)
+    """Create with ``options.concurrency`` workers, each taking the next copy (made only then) when free."""
+    copies = iter(pods)  # shared: next() never awaits, so the workers cannot take the same copy
 
-    async def create(pod: Pod) -> None:
-        ns = pod["metadata"].get("namespace") or options.namespace
-        async with limit:
+    async def worker() -> None:
+        for pod in copies:
+            ns = pod["metadata"].get("namespace") or options.namespace
             at = time.time()
             try:
                 created = await kube.create_pod(ns, cast(KubePod, pod))
             except BadInput as e:
                 errors.append(str(e))
-                return
+                continue
             tracker.submitted(created["metadata"]["uid"], at)
             tracker.observe(cast(Pod, created), at)
 
-    await asyncio.gather(*(create(p) for p in pods))
+    await asyncio.gather(*(worker() for _ in range(min(options.concurrency, len(pods)))))
 
 
 async def _follow(kube: KubeClient, tracker: PodTracker, synced: asyncio.Event) -> None:
@@ -89,17 +114,20 @@ async def _follow(kube: KubeClient, tracker: PodTracker, synced: asyncio.Event) 
             tracker.observe(pod)
 
 
-async def submit(pods: list[Pod], options: SubmitOptions,
+async def submit(pods: PodCopies, options: SubmitOptions,
                  echo: Callable[[str], None]) -> tuple[PodTracker, list[str]]:
-    """Create ``pods``, follow them until settled or timed out; returns the tracker and create errors."""
+    """Create ``pods``, follow them until settled or ``timeout_s`` (creating included); returns the
+    tracker and create errors."""
     kube = await connect(options.kubeconfig)
     tracker, errors, synced = PodTracker(), list[str](), asyncio.Event()
     follower = asyncio.create_task(_follow(kube, tracker, synced), name="submit-watch")
     tty = options.progress and sys.stderr.isatty()
     try:
         await asyncio.wait_for(synced.wait(), 30.0)
-        await _create_all(kube, pods, options, tracker, errors)
         deadline = time.monotonic() + options.timeout_s
+        with contextlib.suppress(TimeoutError):  # the pods not created by then are counted as missing
+            await asyncio.wait_for(_create_all(kube, pods, options, tracker, errors),
+                                   options.timeout_s if math.isfinite(options.timeout_s) else None)
         while not tracker.settled() and time.monotonic() < deadline and not follower.done():
             if tty:
                 sys.stderr.write("\r" + tracker.progress(len(pods)) + "   ")

@@ -59,10 +59,28 @@ def replay_from(since: str | None, replay_all: bool, now: float) -> str | float:
 
 
 def full_subject(subject: str) -> str:
-    """Accept ``allocation.>`` as shorthand for ``gpubus.allocation.>``."""
-    if subject == SUBJECT_ROOT or subject.startswith(SUBJECT_ROOT + "."):
-        return subject
-    return f"{SUBJECT_ROOT}.{subject}"
+    """Accept ``allocation.>`` as shorthand for ``gpubus.allocation.>``; ValueError for a subject
+    NATS would refuse only after we connected (or answer with an unclear JetStream error)."""
+    shorthand = not (subject == SUBJECT_ROOT or subject.startswith(SUBJECT_ROOT + "."))
+    full = f"{SUBJECT_ROOT}.{subject}" if shorthand else subject
+    tokens = full.split(".")
+    for i, token in enumerate(tokens):
+        problem = _token_problem(token, last=i == len(tokens) - 1)
+        if problem is not None:
+            raise ValueError(f"subject {subject!r}: {problem}")
+    return full
+
+
+def _token_problem(token: str, *, last: bool) -> str | None:
+    if not token:
+        return "empty token (two dots, or a dot at an end)"
+    if any(c.isspace() for c in token):
+        return f"whitespace in {token!r}"
+    if token not in ("*", ">") and ("*" in token or ">" in token):
+        return f"{token!r}: a wildcard must be a whole token"
+    if token == ">" and not last:
+        return "'>' must be the last token"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

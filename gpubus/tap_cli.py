@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from gpubus.options import nats_url_problem
 from gpubus.tap import (
     TapFilter,
     TapOptions,
@@ -58,6 +59,10 @@ def tap(  # noqa: PLR0917 - typer maps parameters to the command line
         raise typer.Exit(2) from None
     settings = load_settings(BusSettings, cli={"url": nats, "name": "gpubus-tap",
                                                "initial_connect_timeout_s": 10.0}, env_prefix="GPUBUS_BUS_")
+    problem = nats_url_problem(settings.url)
+    if problem is not None:  # checked here, not by a callback: the URL may come from GPUBUS_BUS_URL
+        typer.echo(f"error: --nats: {problem}", err=True)
+        raise typer.Exit(2)
     try:
         asyncio.run(run_tap(settings, options))
     except BusUnavailable as e:

@@ -72,8 +72,13 @@ def translated_publish(what: str) -> Iterator[None]:
 
 
 def _detail(e: Exception) -> str:
+    if isinstance(e, nats.js.errors.ServiceUnavailableError) and e.code is None:
+        # nats-py's word for "no responders": nothing serves the JetStream API on this server
+        return "JetStream is not available on this NATS server (is it running with JetStream enabled?)"
     if isinstance(e, nats.js.errors.APIError):
-        return f"JetStream error {e.code} {e.err_code}: {e.description}"
+        codes = " ".join(f"{name} {value}" for name, value in (("status", e.code), ("code", e.err_code))
+                         if value is not None)
+        return f"JetStream error{f' ({codes})' if codes else ''}: {e.description or 'no description'}"
     return f"{type(e).__name__}: {e}"
 
 

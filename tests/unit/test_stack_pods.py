@@ -1,11 +1,14 @@
 """``gpubus submit``/``get pods`` pure parts: manifests to pods, phase tracking, the table.
 
-Cases: --count copies become generateName; bad documents are refused naming the document;
-the tracker settles on started/failed/unschedulable pods and measures submit->Running from the
-create call; the GPU column decodes hami.io/vgpu-devices-allocated.
+Cases: --count copies become generateName, made one at a time as they are taken; bad documents
+are refused naming the document; the tracker settles on started/failed/unschedulable pods and
+measures submit->Running from the create call; the GPU column decodes
+hami.io/vgpu-devices-allocated.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
@@ -20,7 +23,15 @@ def doc(name: str = "p") -> dict[str, object]:
 def test_count_copies_use_generate_name_and_a_single_pod_keeps_its_name() -> None:
     many = pods_from_documents([doc()], 3)
     assert [p["metadata"] for p in many] == [{"generateName": "p-"}] * 3
-    assert pods_from_documents([doc()], 1)[0]["metadata"] == {"name": "p"}
+    assert [p["metadata"] for p in pods_from_documents([doc()], 1)] == [{"name": "p"}]
+
+
+def test_copies_are_made_as_they_are_taken_not_all_before_the_first() -> None:
+    pods = pods_from_documents([doc("a"), doc("b")], 10**12)
+    assert len(pods) == 2 * 10**12
+    first, second = itertools.islice(pods, 2)
+    first["metadata"]["labels"] = {"mine": "only"}
+    assert second["metadata"] == {"generateName": "a-"}
 
 
 @pytest.mark.parametrize(("docs", "message"), [

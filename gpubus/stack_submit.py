@@ -12,7 +12,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -44,14 +44,8 @@ async def connect(kubeconfig: Path) -> KubeClient:
 def check_kubeconfig(path: Path) -> None:
     """BadInput in one line for a kubeconfig that is missing, unreadable, not YAML or not a mapping
     (the Kubernetes client would fail on those with a TypeError or a multi-line YAML report)."""
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"no kubeconfig at {path}: start `gpubus up` or pass --kubeconfig") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read kubeconfig {path}: {e}") from None
-    except yaml.YAMLError as e:
-        raise BadInput(f"cannot use kubeconfig {path}: not valid YAML ({_yaml_problem(e)})") from None
+    missing = f"no kubeconfig at {path}: start `gpubus up` or pass --kubeconfig"
+    doc = _read_yaml(path, yaml.safe_load, missing=missing, what=f"kubeconfig {path}", verb="use")
     if not isinstance(doc, dict):
         raise BadInput(f"cannot use kubeconfig {path}: not a kubeconfig (empty, or not a YAML mapping)")
 
@@ -64,15 +58,21 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     return " ".join(str(e).split())
 
 
-def load_pods(path: Path, count: int) -> PodCopies:
+def _read_yaml(path: Path, load: Callable[[str], Any], *, missing: str, what: str, verb: str = "read") -> Any:
+    """``load`` of the file's text; BadInput in one line when it is missing, unreadable or not YAML."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        loaded = load(path.read_text(encoding="utf-8"))
+        return list(loaded) if isinstance(loaded, Iterator) else loaded  # safe_load_all is lazy
     except FileNotFoundError:
-        raise BadInput(f"no such file: {path}") from None
+        raise BadInput(missing) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read {path}: {e}") from None
+        raise BadInput(f"cannot read {what}: {e}") from None
     except yaml.YAMLError as e:
-        raise BadInput(f"cannot read {path}: not valid YAML ({_yaml_problem(e)})") from None
+        raise BadInput(f"cannot {verb} {what}: not valid YAML ({_yaml_problem(e)})") from None
+
+
+def load_pods(path: Path, count: int) -> PodCopies:
+    docs = _read_yaml(path, yaml.safe_load_all, missing=f"no such file: {path}", what=str(path))
     return pods_from_documents(docs, count)
 
 

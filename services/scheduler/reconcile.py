@@ -28,7 +28,7 @@ from shared.errors import AnnotationError, BusUnavailable
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.kube import KubeApi, list_and_watch_nodes, list_and_watch_pods
 from shared.model import Allocation, AllocationState, NodeName, PodDevices, PodUID
-from shared.requests import DEFAULT_NAMES
+from shared.requests import DEFAULT_NAMES, parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -86,33 +86,32 @@ def _slim_container(container: Any, gpu_resource: str) -> dict[str, Any]:
     if not isinstance(container, Mapping):
         return {"name": ""}
     slim: dict[str, Any] = {"name": container.get("name", "")}
-    resources = container.get("resources")
-    if isinstance(resources, Mapping):
-        kept = {
-            kind: {gpu_resource: amounts[gpu_resource]}
-            for kind in ("limits", "requests")
-            if isinstance(amounts := resources.get(kind), Mapping) and gpu_resource in amounts
-        }
-        if kept:
-            slim["resources"] = kept
+    count = gpu_count(container, gpu_resource)
+    if count:
+        slim["resources"] = {"limits": {gpu_resource: str(count)}}
     return slim
 
 
-def _asks_for_gpu(container: Any, gpu_resource: str) -> bool:
+def gpu_count(container: Any, gpu_resource: str) -> int:
+    """How many GPUs a container asks for, limits first as HAMi reads them; 0 for none or garbage."""
     resources = container.get("resources") if isinstance(container, Mapping) else None
-    return isinstance(resources, Mapping) and any(
-        isinstance(amounts := resources.get(kind), Mapping) and gpu_resource in amounts
-        for kind in ("limits", "requests")
-    )
+    for kind in ("limits", "requests"):
+        amounts = resources.get(kind) if isinstance(resources, Mapping) else None
+        if isinstance(amounts, Mapping) and gpu_resource in amounts:
+            try:
+                return max(parse_quantity(amounts[gpu_resource]), 0)
+            except ValueError:
+                return 0
+    return 0
 
 
 def adoptable(pod: Mapping[str, Any], gpu_resource: str = DEFAULT_NAMES.count) -> Allocation | None:
     """The ledger entry a bound pod with HAMi annotations implies, or None (AnnotationError when
     its ``vgpu-devices-allocated`` cannot be decoded: HAMi does not track such a pod either).
 
-    Unlike HAMi, a card counts only for a container that asks for ``gpu_resource``: anyone who can
-    create a pod could otherwise book any GPU's memory by writing the annotation on a pod that
-    runs without GPUs (``spec.nodeName`` set by hand, so no scheduler ever sees it)."""
+    Unlike HAMi, a container may hold at most as many cards as it asks for of ``gpu_resource``:
+    anyone who can create a pod could otherwise book any GPU's memory by writing the annotation on a
+    pod that runs without GPUs (``spec.nodeName`` set by hand, so no scheduler ever sees it)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     a = meta.get("annotations") or {}
@@ -128,10 +127,10 @@ def adoptable(pod: Mapping[str, Any], gpu_resource: str = DEFAULT_NAMES.count) -
     names = tuple(c.get("name", "") for c in specs)
     devices = tuple(devices[: len(names)]) + ((),) * max(0, len(names) - len(devices))
     for container, slot in zip(specs, devices, strict=True):
-        if slot and not _asks_for_gpu(container, gpu_resource):
+        if len(slot) > (asked := gpu_count(container, gpu_resource)):
             raise AnnotationError(
-                f"{ann.DEVICES_ALLOCATED} gives GPUs to container {container.get('name', '')!r}, "
-                f"which asks for no {gpu_resource}"
+                f"{ann.DEVICES_ALLOCATED} gives {len(slot)} GPU(s) to container "
+                f"{container.get('name', '')!r}, which asks for {asked} {gpu_resource}"
             )
     return Allocation(
         pod_uid=PodUID(meta["uid"]),

@@ -2,14 +2,16 @@
 
 Case matrix: ``slim_pod`` keeps our pods, HAMi-annotated pods of any scheduler and pods with a
 ledger entry, drops the rest, and keeps only identity, phase, node, container names, the GPU count
-they ask for and ``hami.io/`` annotations; a card annotated for a container that asks for no GPU
-is not adopted; ``list_and_watch`` with a transform yields and holds only the slim
-records, forgets a pod that stops mattering without an event, and still reports its deletion;
-the pod cache between filter, prioritize and bind reuses a parse only for the same pod version.
+they ask for and ``hami.io/`` annotations; a container annotated with more cards than it asks for
+(none, "0", garbage, or 2 for 1) is not adopted; ``list_and_watch`` with a transform yields and
+holds only the slim records, forgets a pod that stops mattering without an event, and still
+reports its deletion; the pod cache between filter, prioritize and bind reuses a parse only for
+the same pod version.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -100,17 +102,37 @@ def test_a_slim_record_adopts_exactly_like_the_full_pod() -> None:
     assert record is not None and adoptable(record) == adoptable(full) is not None
 
 
-def test_a_card_for_a_container_that_asks_for_no_gpu_is_not_adopted() -> None:
+TWO_CARDS = {ann.DEVICES_ALLOCATED: ";GPU-0,NVIDIA,1000,10:GPU-1,NVIDIA,1000,10:;"}
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "says"),
+    [
+        ({}, HAMI, "gives 1 GPU(s) to container 'main', which asks for 0 nvidia.com/gpu"),
+        ({"nvidia.com/gpu": "0"}, HAMI, "which asks for 0"),
+        ({"nvidia.com/gpu": "lots"}, HAMI, "which asks for 0"),
+        ({"nvidia.com/gpu": "1"}, TWO_CARDS, "gives 2 GPU(s) to container 'main', which asks for 1"),
+    ],
+)
+def test_a_container_holding_more_cards_than_it_asks_for_is_not_adopted(
+    limits: dict[str, str], annotations: dict[str, str], says: str
+) -> None:
     # anyone who can create a pod could book any card by writing the annotation on a GPU-less pod
-    full = pod("forged", scheduler="default-scheduler", **HAMI)
-    del full["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    full = pod("forged", scheduler="default-scheduler", **annotations)
+    full["spec"]["containers"][0]["resources"]["limits"] = limits
     record = slim(full)
     assert record is not None
     for p in (full, record):
-        with pytest.raises(AnnotationError, match=r"container 'main', which asks for no nvidia.com/gpu"):
+        with pytest.raises(AnnotationError, match=re.escape(says)):
             adoptable(p)
-    full["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "1"  # requests count too
-    assert adoptable(full) == adoptable(slim(full) or {}) is not None
+
+
+def test_requests_count_when_limits_do_not_name_the_gpu() -> None:
+    full = pod("hami", scheduler="hami-scheduler", **TWO_CARDS)
+    full["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "2"}}
+    adopted = adoptable(full)
+    assert adopted is not None and adopted == adoptable(slim(full) or {})
+    assert [d.uuid for d in adopted.devices[1]] == ["GPU-0", "GPU-1"]
 
 
 def _stream(items: list[dict[str, Any]], events: list[WatchEvent]) -> tuple[Any, Any]:

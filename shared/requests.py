@@ -3,7 +3,8 @@
 API:
     ResourceNames                 settings: resource names, defaultMemory/Cores/GPUNum, memoryFactor
     DEFAULT_NAMES                 the HAMi chart defaults
-    parse_quantity(raw) -> int    exact integer value of a Kubernetes quantity (str, int or integral float)
+    parse_quantity(raw) -> int    exact integer value of a Kubernetes quantity (str, int or integral float),
+                                  within int64; text of at most 40 digits and an exponent within +-40
     checked_quantity(container, resource, raw, *, upper) -> int   0..upper, else InvalidQuantity
     container_request(container, names, *, name) -> ContainerRequest | None
     pod_request(pod, names=DEFAULT_NAMES) -> PodRequest   (init containers first, then app containers)
@@ -24,12 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+from shared.codec import INT_MAX
 from shared.errors import RequestError
 from shared.model import PERCENT_UNSET, ContainerRequest, ContainerSpec, PodRequest, PodUID
 
 MAX_INT32 = 2**31 - 1
 #: Kubernetes' ``Quantity.Value()`` is an int64; nothing larger is an amount of anything here.
-MAX_INT64 = 2**63 - 1
+MAX_INT64 = INT_MAX
 #: Checked on the text before any arithmetic: "1e30000000" is 11 bytes but a 30-million-digit
 #: integer (seconds of CPU, then an int too long to print). Every int64 fits well inside both.
 MAX_EXPONENT = 40

@@ -143,8 +143,9 @@ def test_a_start_cancelled_while_nats_is_starting_leaves_no_server(tmp_path: Pat
     async def cancel_while_nats_starts() -> None:
         stack = Stack(StackSpec(data_dir=tmp_path, nodes=1, devices="1xA100-80GB", nats_port=0, port_base=0))
         starting = asyncio.create_task(stack.start())
-        while stack.nats is None:  # noqa: ASYNC110 - set just before the thread that starts nats-server
+        while stack.nats is None and not starting.done():  # noqa: ASYNC110 - set just before the thread
             await asyncio.sleep(0)  # one loop step: let start() run up to that thread
+        assert not starting.done(), starting.exception()  # a start that failed first tests nothing
         starting.cancel()
         await asyncio.gather(starting, return_exceptions=True)
         await stack.stop()
@@ -164,7 +165,8 @@ async def test_ctrl_c_while_the_nodes_start_stops_them_and_removes_their_scratch
     data_dir, scratch = tmp_path / "data", "simulated hosts' files in "
     nodes_log = data_dir / "logs" / "nodes.log"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gpubus", "up", "--nodes", "100", "--devices", "1xA100-80GB",
+        # 300 nodes take seconds to start on 2 cores: a wide window for the Ctrl-C to land in
+        sys.executable, "-m", "gpubus", "up", "--nodes", "300", "--devices", "1xA100-80GB",
         "--port-base", "0", "--nats-port", "0", "--data-dir", str(data_dir),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     try:

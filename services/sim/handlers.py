@@ -153,10 +153,11 @@ class ResourceHandlers:
         ns_obj = self._namespace(namespace)
         pod = objects.default_pod(pod, namespace)
         ns_labels = ns_obj["metadata"].get("labels") or {}
+        shapes.check_write("pods", "Pod", pod, None)  # the decoder's 400 comes before any webhook
         admitted = await self.admission.admit(pod, namespace, ns_labels)
         if admitted is not pod:  # a webhook's JSON patch is input too, and can nest deeper than the body
             shapes.check_depth(read_object(admitted, "Pod"))
-        shapes.check_write("pods", "Pod", admitted, None)
+            shapes.check_write("pods", "Pod", admitted, None)
         admitted["metadata"]["namespace"] = namespace
         pod = objects.new_pod_status(objects.finish_create("pods", admitted, "Pod"))
         quotas = list(self.store.items("resourcequotas", namespace))

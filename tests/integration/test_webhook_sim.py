@@ -111,3 +111,15 @@ async def test_pod_without_gpu_is_stored_as_sent(cluster: tuple[SimApiServer, Ku
     created = await kube.create_pod("default", gpu_pod("web", cpu="1"))
     assert created["spec"]["schedulerName"] == "default-scheduler"
     assert created["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1"}
+
+
+async def test_a_pod_of_the_wrong_shape_is_refused_before_the_webhook_sees_it(
+    cluster: tuple[SimApiServer, KubeClient],
+) -> None:
+    # as the real server's decoder does: a 400, not the webhook's denial or "failed calling webhook"
+    _, kube = cluster
+    pod: Any = gpu_pod("shapeless", **{"nvidia.com/gpu": "1"})
+    pod["spec"]["containers"][0]["resources"]["limits"] = ["nvidia.com/gpu"]
+    with pytest.raises(KubeRejected, match="cannot unmarshal array") as refused:
+        await kube.create_pod("default", pod)
+    assert refused.value.code == 400

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from shared.errors import BadInput
+from shared.errors import BadInput, clip
 
 T = TypeVar("T")
 
@@ -136,6 +136,5 @@ def _number(raw: Any, name: str) -> float:
     return value
 
 
-def _shown(raw: Any, limit: int = 40) -> str:
-    text = repr(raw)
-    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
+def _shown(raw: Any) -> str:
+    return clip(repr(raw), 40)

@@ -52,3 +52,8 @@ class LeaseLost(GpubusError):
 
 class CasConflict(Retryable):
     """A KV compare-and-set lost against a concurrent writer."""
+
+
+def clip(text: str, limit: int = 120) -> str:
+    """Outside input shown in a log line or an error message: cut to ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"

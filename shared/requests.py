@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from shared.codec import INT_MAX
-from shared.errors import RequestError
+from shared.errors import RequestError, clip
 from shared.model import PERCENT_UNSET, ContainerRequest, ContainerSpec, PodRequest, PodUID
 
 MAX_INT32 = 2**31 - 1
@@ -100,12 +100,11 @@ class InvalidQuantity(RequestError):
         self.value = value
 
 
-def _shown(value: object, limit: int = 80) -> str:
+def _shown(value: object) -> str:
     """The value as a message shows it, bounded: it came from the request, and a huge int has no repr."""
     if isinstance(value, int) and abs(value) > MAX_INT64:
         return f"<{value.bit_length()}-bit integer>"
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+    return clip(repr(value), 80)
 
 
 def parse_quantity(raw: object) -> int:

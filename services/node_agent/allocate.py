@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.node_agent.errors import BadAllocateRequest, clip
+from services.node_agent.errors import BadAllocateRequest
+from shared.errors import clip
 from shared.model import ContainerDevice, DeviceUUID
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"

@@ -23,7 +23,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from services.node_agent.advertised import Advertised, Snapshot
 from services.node_agent.background import TaskSet
 from services.node_agent.discovery import DeviceSource, HealthChange, HealthInjector, HealthPolicy
-from services.node_agent.errors import DiscoveryError, clip
+from services.node_agent.errors import DiscoveryError
 from services.node_agent.handoff import Handoff
 from services.node_agent.kubelet import PluginServer
 from services.node_agent.metrics import NodeAgentMetrics
@@ -42,7 +42,7 @@ from shared.annotations import NODE_REGISTER, encode_node_devices
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Lease, Route, Service
 from shared.bus.metrics import BusStatsCollector
 from shared.codec import from_wire, to_wire
-from shared.errors import BusUnavailable, EventDecodeError, GpubusError
+from shared.errors import BusUnavailable, EventDecodeError, GpubusError, clip
 from shared.events import (
     AllocationDecided,
     AllocationMismatch,

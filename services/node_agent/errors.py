@@ -1,7 +1,7 @@
 """Node-agent errors, grouped by what the kubelet (or the operator) should do about them.
 
 The gRPC servicer maps these to ``grpc.StatusCode`` in exactly one table (services/node_agent/plugin.py);
-:func:`clip` keeps outside input short wherever an error message or log line repeats it.
+``shared.errors.clip`` keeps outside input short wherever an error message or log line repeats it.
 """
 
 from __future__ import annotations
@@ -41,6 +41,3 @@ class AmbiguousDecision(DecisionMismatch):
     """Several pending pods fit the call equally well; refused rather than risking swapped limits."""
 
 
-def clip(text: str, limit: int = 120) -> str:
-    """Outside input shown in a log line or gRPC status: cut to ``limit`` characters."""
-    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"

@@ -37,7 +37,6 @@ from services.node_agent.errors import (
     BadAllocateRequest,
     DecisionMismatch,
     NoDecision,
-    clip,
 )
 from services.node_agent.metrics import NodeAgentMetrics
 from services.node_agent.pending import (
@@ -49,6 +48,7 @@ from services.node_agent.pending import (
     time_problem,
 )
 from services.node_agent.settings import NodeAgentSettings
+from shared.errors import clip
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.model import Allocation, DeviceInfo, DeviceUUID, PodUID
 

@@ -15,7 +15,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.node_agent.allocate import is_container_name, is_pod_uid
-from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision, clip
+from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision
+from shared.errors import clip
 from shared.model import Allocation, AllocationState, ContainerDevice, DeviceInfo, DeviceUUID, PodUID
 
 NO_DECISION = "no allocation decided for this node"

@@ -23,11 +23,10 @@ from services.node_agent.errors import (
     BadAllocateRequest,
     DecisionMismatch,
     NoDecision,
-    clip,
 )
 from services.node_agent.handoff import Handoff
 from services.node_agent.metrics import NodeAgentMetrics
-from shared.errors import GpubusError
+from shared.errors import GpubusError, clip
 
 log = logging.getLogger(__name__)
 

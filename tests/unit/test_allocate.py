@@ -27,12 +27,12 @@ from services.node_agent.errors import (
     BadAllocateRequest,
     DecisionMismatch,
     NoDecision,
-    clip,
 )
 from services.node_agent.handoff import allocate_config
 from services.node_agent.pending import NO_DECISION, PendingTable, decision_problem
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.verify import VerifyQueue
+from shared.errors import clip
 from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
 
 A = DeviceUUID("GPU-aaaaaaaa-0000-0000-0000-000000000001")

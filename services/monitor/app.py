@@ -34,6 +34,7 @@ from shared.bus.metrics import BusStatsCollector
 from shared.codec import from_wire
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
+from shared.ledger_entries import decode_entry
 from shared.model import Allocation
 from shared.service import bound_port
 
@@ -86,15 +87,6 @@ def build_sources(
                 )
             )
     return sources
-
-
-def decode_allocation(value: bytes) -> Allocation:
-    """A ledger KV value; :class:`EventDecodeError` when malformed."""
-    try:
-        body = msgpack.unpackb(value, raw=False)
-    except Exception as e:
-        raise EventDecodeError(f"allocation entry is not valid msgpack: {e}") from e
-    return from_wire(Allocation, body)
 
 
 class MonitorApp:
@@ -225,16 +217,11 @@ class MonitorApp:
         """The entry under ``key``; None (counted) when undecodable or naming another pod, which
         would replace that pod's own entry in the ledger while KV keeps both."""
         try:
-            allocation = decode_allocation(value)
+            return decode_entry(key, value)
         except EventDecodeError as e:
             self.ledger_decode_errors += 1
-            log.warning("skipping undecodable allocations entry %s: %s", key, e)
+            log.warning("skipping allocations entry %s: %s", key, e)
             return None
-        if allocation.pod_uid != key:
-            self.ledger_decode_errors += 1
-            log.warning("skipping allocations entry %s: it names pod %s", key, allocation.pod_uid)
-            return None
-        return allocation
 
     async def on_event(self, event: Event) -> None:
         """Route a ledger or inventory event to the monitor(s) it concerns."""

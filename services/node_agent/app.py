@@ -41,7 +41,7 @@ from services.node_agent.verify import (
 from shared.annotations import NODE_REGISTER, encode_node_devices
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Lease, Route, Service
 from shared.bus.metrics import BusStatsCollector
-from shared.codec import from_wire, to_wire
+from shared.codec import to_wire
 from shared.errors import BusUnavailable, EventDecodeError, GpubusError, clip
 from shared.events import (
     AllocationDecided,
@@ -54,6 +54,7 @@ from shared.events import (
 )
 from shared.handoff import lease_key
 from shared.kube import KubeApi, KubeClient
+from shared.ledger_entries import decode_entry
 from shared.model import Allocation, DeviceUUID, PodUID
 
 log = logging.getLogger(__name__)
@@ -222,16 +223,10 @@ class NodeAgent:
         allocations = []
         for key, entry in entries.items():
             try:
-                allocation = from_wire(Allocation, msgpack.unpackb(entry.value, raw=False))
-            except (EventDecodeError, ValueError, msgpack.UnpackException) as e:
+                allocations.append(decode_entry(key, entry.value))
+            except EventDecodeError as e:
                 self.metrics.bad_requests.labels(method="allocations_kv").inc()
-                log.warning("allocations/%s is not an Allocation: %s", key, e)
-                continue
-            if allocation.pod_uid != key:  # the ledger is keyed by pod UID; this one speaks for another pod
-                self.metrics.bad_requests.labels(method="allocations_kv").inc()
-                log.warning("allocations/%s names pod %s; skipped", key, allocation.pod_uid)
-                continue
-            allocations.append(allocation)
+                log.warning("allocations/%s skipped: %s", key, e)
         log.info("rebuilt %d pending decisions for %s from KV", self.handoff.rebuild(allocations), self.node)
 
     async def _reconcile_with_kubelet(self) -> None:

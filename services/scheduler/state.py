@@ -21,12 +21,12 @@ from dataclasses import replace
 
 import msgpack
 
-from services.scheduler.entries import decode_allocation, encode_allocation
 from services.scheduler.ledger import STALE_HEARTBEATS, Ledger, NodeInventory
 from shared.bus import ALLOCATIONS, INVENTORY, KV, Bus, Entry, Subscription, Watch
 from shared.codec import from_wire
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
+from shared.ledger_entries import KeyMismatch, decode_allocation, decode_entry, encode_allocation
 from shared.model import Allocation, AllocationState, NodeName, PodUID
 
 log = logging.getLogger(__name__)
@@ -192,15 +192,12 @@ class State:
         if held is not None and held >= entry.revision:
             return  # the echo of our own write (or older): nothing to decode
         try:
-            allocation = decode_allocation(entry.value)
+            allocation = decode_entry(key, entry.value)
+        except KeyMismatch as e:
+            self._input_error(f"kv/{ALLOCATIONS}", "key_mismatch", f"{e}; ignored")
+            return
         except EventDecodeError as e:
             self._input_error(f"kv/{ALLOCATIONS}", "undecodable", f"ledger entry {key} is unusable: {e}")
-            return
-        if allocation.pod_uid != key:
-            # the ledger is keyed by pod UID: an entry naming another pod would replace that pod's
-            # entry here while KV keeps both, and deleting this key would never free it
-            why = f"ledger entry {key} names pod {allocation.pod_uid}; ignored"
-            self._input_error(f"kv/{ALLOCATIONS}", "key_mismatch", why)
             return
         if self.ledger.apply(allocation, entry.revision):
             self._changed(allocation.node)

@@ -31,13 +31,13 @@ from scheduler_harness import (
 )
 
 from services.scheduler.app import SchedulerApp
-from services.scheduler.entries import encode_allocation
 from services.scheduler.forward import BIND_SUBJECT
 from services.sim.apiserver import SimApiServer
 from shared import annotations as ann
 from shared.bus import ALLOCATIONS, INVENTORY, Bus
 from shared.events import AllocationApplied, AllocationFailed, Inventory
 from shared.kube import KubeClient
+from shared.ledger_entries import encode_allocation
 from shared.model import (
     Allocation,
     AllocationState,

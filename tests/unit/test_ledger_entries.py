@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.scheduler.entries import decode_allocation, encode_allocation
 from shared.codec import from_wire, to_wire
 from shared.errors import EventDecodeError
+from shared.ledger_entries import KeyMismatch, decode_allocation, decode_entry, encode_allocation
 from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
 
 _device = st.builds(
@@ -149,3 +149,11 @@ def test_bytes_that_are_not_msgpack_are_refused() -> None:
 def test_encoding_is_plain_to_wire_msgpack() -> None:
     a = from_wire(Allocation, _good())
     assert msgpack.unpackb(encode_allocation(a)) == to_wire(a)
+
+
+def test_an_entry_under_another_pods_key_is_a_key_mismatch() -> None:
+    value = msgpack.packb(_good())
+    uid = decode_allocation(value).pod_uid
+    assert decode_entry(uid, value).pod_uid == uid
+    with pytest.raises(KeyMismatch, match=f"ledger entry stray names pod {uid}"):
+        decode_entry("stray", value)

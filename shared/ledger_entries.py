@@ -1,5 +1,9 @@
 """The codec of ledger entries: :class:`Allocation` <-> msgpack bytes in the KV ``allocations`` bucket.
 
+Every reader (scheduler, monitor, node-agent) goes through :func:`decode_entry`, which also
+refuses an entry that names another pod than its key: the ledger is keyed by pod UID, and such an
+entry would replace that pod's own entry in a reader's memory while KV keeps both.
+
 A cold start decodes every entry (100k at scale), and the generic type-driven ``from_wire`` spends
 most of that time walking type hints. :func:`decode_allocation` therefore reads the shape every
 writer produces with plain type checks, and hands anything it does not recognise to ``from_wire``,
@@ -28,6 +32,19 @@ class _Unusual(Exception):
 
 def encode_allocation(allocation: Allocation) -> bytes:
     return bytes(msgpack.packb(to_wire(allocation), use_bin_type=True))
+
+
+class KeyMismatch(EventDecodeError):
+    """A well-formed entry stored under another pod's key."""
+
+
+def decode_entry(key: str, value: bytes) -> Allocation:
+    """The entry stored under ``key``; :class:`KeyMismatch` when it names another pod, else
+    ``EventDecodeError`` as :func:`decode_allocation` words it."""
+    allocation = decode_allocation(value)
+    if allocation.pod_uid != key:
+        raise KeyMismatch(f"ledger entry {key} names pod {allocation.pod_uid}")
+    return allocation
 
 
 def decode_allocation(value: bytes) -> Allocation:

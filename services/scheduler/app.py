@@ -178,7 +178,7 @@ class SchedulerApp:
             clock=self.clock,
             on_phase=self.phases.submit,
             on_input_error=lambda source, kind: self.metrics.input_errors.labels(source, kind).inc(),
-            gpu_resource=self.names.count,
+            names=self.names,
         )
 
     def _wire_leadership(self) -> None:

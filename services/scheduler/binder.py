@@ -211,7 +211,7 @@ class Binder:
             )
         self._in_flight.add(uid)  # no await since the check: one bind per pod at a time
         try:
-            if await self._already_bound(args, pod, request, node):
+            if await self._already_bound(args, pod, request, node, cached=parsed is not None):
                 return "already_bound"
             if self._quota_ready is not None:
                 await self._quota_ready(request.namespace)
@@ -344,30 +344,30 @@ class Binder:
         return request
 
     async def _already_bound(
-        self, args: BindingArgs, pod: Mapping[str, Any], request: PodRequest, node: NodeName
+        self, args: BindingArgs, pod: Mapping[str, Any], request: PodRequest, node: NodeName, *, cached: bool
     ) -> bool:
         """A pod with a decided entry: True if it is bound to this node (a retried bind). If it is
         bound elsewhere the bind is refused and the entry kept; only an entry whose pod the API
         server shows unbound (its bind failed and could not be undone) is released.
 
-        Filter's cached copy of the pod may predate its binding, so an unbound-looking pod is read
-        again from the API server before anything is released.
+        Filter's cached copy of the pod may predate its binding, so an unbound-looking pod from that
+        cache is read again from the API server before anything is released.
         """
         entry = self._state.ledger.entry(request.uid)
         if entry is None or entry.state is AllocationState.RESERVED:
             return False
         bound_to = (pod.get("spec") or {}).get("nodeName")
-        if not bound_to:
+        if not bound_to and cached:  # a copy just read from the API server is fresh already
             fresh, _ = await self._pod(args, cached=False)
             bound_to = (fresh.get("spec") or {}).get("nodeName")
         if bound_to == node and entry.node == node:
             return True
         if bound_to:
             raise BindError(
-                "already_bound",
+                "bound_elsewhere",
                 f"pod {request.namespace}/{request.name} is already bound to node {bound_to}",
             )
-        await self._state.release(entry.pod_uid, "re-bound by kube-scheduler")
+        await self._state.release(entry.pod_uid, "stale entry: the API server shows the pod unbound")
         return False
 
     async def _post_binding(self, args: BindingArgs, node: NodeName, annotations: dict[str, str]) -> None:

@@ -24,11 +24,11 @@ from services.scheduler.leases import AllocLeases
 from services.scheduler.state import State
 from shared import annotations as ann
 from shared.bus import Subscription
-from shared.errors import AnnotationError, BusUnavailable
+from shared.errors import AnnotationError, BusUnavailable, RequestError
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.kube import KubeApi, list_and_watch_nodes, list_and_watch_pods
 from shared.model import Allocation, AllocationState, NodeName, PodDevices, PodUID
-from shared.requests import DEFAULT_NAMES, parse_quantity
+from shared.requests import DEFAULT_NAMES, ResourceNames, container_request
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def slim_pod(
     *,
     scheduler_name: str,
     known: Callable[[str], bool],
-    gpu_resource: str = DEFAULT_NAMES.count,
+    names: ResourceNames = DEFAULT_NAMES,
 ) -> dict[str, Any] | None:
     """The part of a pod the reconciler reads, or None if the pod does not matter to us.
 
@@ -74,42 +74,47 @@ def slim_pod(
         },
         "spec": {
             **{k: spec[k] for k in ("nodeName", "schedulerName") if k in spec},
-            "initContainers": [_slim_container(c, gpu_resource) for c in spec.get("initContainers") or []],
-            "containers": [_slim_container(c, gpu_resource) for c in spec.get("containers") or []],
+            "initContainers": [_slim_container(c, names) for c in spec.get("initContainers") or []],
+            "containers": [_slim_container(c, names) for c in spec.get("containers") or []],
         },
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
 
 
-def _slim_container(container: Any, gpu_resource: str) -> dict[str, Any]:
-    """Name, and the GPU count it asks for (the only resource :func:`adoptable` reads)."""
+def _slim_container(container: Any, names: ResourceNames) -> dict[str, Any]:
+    """Name, and the GPU resources it asks for (all :func:`adoptable` reads of it)."""
     if not isinstance(container, Mapping):
         return {"name": ""}
     slim: dict[str, Any] = {"name": container.get("name", "")}
-    count = gpu_count(container, gpu_resource)
-    if count:
-        slim["resources"] = {"limits": {gpu_resource: str(count)}}
+    resources = container.get("resources")
+    if isinstance(resources, Mapping):
+        gpu = (names.count, names.memory, names.memory_percentage, names.cores)
+        kept = {
+            kind: {key: amounts[key] for key in gpu if key in amounts}
+            for kind in ("limits", "requests")
+            if isinstance(amounts := resources.get(kind), Mapping)
+        }
+        slim["resources"] = {kind: amounts for kind, amounts in kept.items() if amounts}
     return slim
 
 
-def gpu_count(container: Any, gpu_resource: str) -> int:
-    """How many GPUs a container asks for, limits first as HAMi reads them; 0 for none or garbage."""
-    resources = container.get("resources") if isinstance(container, Mapping) else None
-    for kind in ("limits", "requests"):
-        amounts = resources.get(kind) if isinstance(resources, Mapping) else None
-        if isinstance(amounts, Mapping) and gpu_resource in amounts:
-            try:
-                return max(parse_quantity(amounts[gpu_resource]), 0)
-            except ValueError:
-                return 0
-    return 0
+def _cards_asked(container: Any, names: ResourceNames) -> int:
+    """How many cards a container asks for, derived as HAMi derives it (defaultGPUNum for a
+    memory-only request); 0 for none, or for a request that cannot be read."""
+    if not isinstance(container, Mapping):
+        return 0
+    try:
+        request = container_request(container, names, name=str(container.get("name", "")))
+    except RequestError:
+        return 0
+    return 0 if request is None else request.nums
 
 
-def adoptable(pod: Mapping[str, Any], gpu_resource: str = DEFAULT_NAMES.count) -> Allocation | None:
+def adoptable(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> Allocation | None:
     """The ledger entry a bound pod with HAMi annotations implies, or None (AnnotationError when
     its ``vgpu-devices-allocated`` cannot be decoded: HAMi does not track such a pod either).
 
-    Unlike HAMi, a container may hold at most as many cards as it asks for of ``gpu_resource``:
+    Unlike HAMi, a container may hold at most as many cards as it asks for (``names.count``):
     anyone who can create a pod could otherwise book any GPU's memory by writing the annotation on a
     pod that runs without GPUs (``spec.nodeName`` set by hand, so no scheduler ever sees it)."""
     meta = pod.get("metadata") or {}
@@ -123,14 +128,13 @@ def adoptable(pod: Mapping[str, Any], gpu_resource: str = DEFAULT_NAMES.count) -
     devices: PodDevices = ann.decode_pod_devices(a[ann.DEVICES_ALLOCATED])
     init_specs = list(spec.get("initContainers") or [])
     specs = init_specs + list(spec.get("containers") or [])
-    inits = [c.get("name", "") for c in init_specs]
-    names = tuple(c.get("name", "") for c in specs)
-    devices = tuple(devices[: len(names)]) + ((),) * max(0, len(names) - len(devices))
+    containers = tuple(c.get("name", "") for c in specs)
+    devices = tuple(devices[: len(containers)]) + ((),) * max(0, len(containers) - len(devices))
     for container, slot in zip(specs, devices, strict=True):
-        if len(slot) > (asked := gpu_count(container, gpu_resource)):
+        if len(slot) > (asked := _cards_asked(container, names)):
             raise AnnotationError(
                 f"{ann.DEVICES_ALLOCATED} gives {len(slot)} GPU(s) to container "
-                f"{container.get('name', '')!r}, which asks for {asked} {gpu_resource}"
+                f"{container.get('name', '')!r}, which asks for {asked} {names.count}"
             )
     return Allocation(
         pod_uid=PodUID(meta["uid"]),
@@ -138,8 +142,8 @@ def adoptable(pod: Mapping[str, Any], gpu_resource: str = DEFAULT_NAMES.count) -
         name=meta.get("name", ""),
         node=NodeName(node),
         devices=devices,
-        containers=names,
-        init_count=len(inits),
+        containers=containers,
+        init_count=len(init_specs),
         state=_PHASE_STATE.get(a.get(ann.BIND_PHASE, ""), AllocationState.DECIDED),
         decided_at=float(a.get(ann.BIND_TIME, "0") or 0) if a.get(ann.BIND_TIME, "").isdigit() else 0.0,
     )
@@ -161,7 +165,7 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         on_phase: Callable[[str, str, ann.BindPhase, str], object] | None = None,
         on_input_error: Callable[[str, str], None] = lambda source, kind: None,
-        gpu_resource: str = DEFAULT_NAMES.count,
+        names: ResourceNames = DEFAULT_NAMES,
     ) -> None:
         self._state = state
         self._leases = leases
@@ -173,7 +177,7 @@ class Reconciler:
         self._clock = clock
         self._on_phase = on_phase
         """Queues the ``hami.io/bind-phase`` patch (and node label) for a verdict; returns at once."""
-        self._gpu_resource = gpu_resource
+        self._names = names
         self._on_input_error = on_input_error
         """Counts unusable input by source and kind: pods whose HAMi annotations cannot be adopted,
         verdicts that do not match the entry they name."""
@@ -259,7 +263,7 @@ class Reconciler:
             pod,
             scheduler_name=self._scheduler_name,
             known=lambda uid: ledger.entry(PodUID(uid)) is not None or self._in_flight(uid),
-            gpu_resource=self._gpu_resource,
+            names=self._names,
         )
 
     async def _reconcile_when(self, synced: asyncio.Event, listed_at: float) -> None:
@@ -301,7 +305,7 @@ class Reconciler:
 
     async def _adopt(self, pod: Mapping[str, Any]) -> None:
         try:
-            allocation = adoptable(pod, self._gpu_resource)
+            allocation = adoptable(pod, self._names)
         except AnnotationError as e:
             meta = pod.get("metadata") or {}
             self._on_input_error("pods", "bad_devices_annotation")

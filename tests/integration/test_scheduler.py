@@ -29,10 +29,19 @@ from scheduler_harness import (
 from services.scheduler.app import SchedulerApp
 from services.sim.apiserver import SimApiServer
 from shared import annotations as ann
-from shared.bus import Bus
+from shared.bus import ALLOCATIONS, Bus
 from shared.events import AllocationApplied, AllocationDecided, AllocationFailed, Event, PodUnschedulable
 from shared.kube import KubeClient
-from shared.model import AllocationState, DeviceUsage, DeviceUUID, NodeName, PodUID
+from shared.ledger_entries import encode_allocation
+from shared.model import (
+    Allocation,
+    AllocationState,
+    ContainerDevice,
+    DeviceUsage,
+    DeviceUUID,
+    NodeName,
+    PodUID,
+)
 
 #: The api, kube, scheduler and client fixtures.
 pytest_plugins = ("scheduler_fixtures",)
@@ -249,6 +258,36 @@ async def test_a_second_bind_of_a_bound_pod_keeps_its_slice(
     assert used(scheduler, "n1", 0).usedmem == 50_000
     b = await create(kube, gpu_pod("b", slice_of(50_000)))
     assert (await client.filter(b, ["n1"]))["NodeNames"] == []
+
+
+async def test_a_stale_entry_of_a_pod_the_api_server_shows_unbound_gives_way_to_a_new_bind(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    # a bind that failed after deciding and could not be undone leaves such an entry behind
+    await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
+    a = await create(kube, gpu_pod("a", slice_of(50_000)))
+    uid = PodUID(a["metadata"]["uid"])
+    card = ContainerDevice(uuid=DeviceUUID("GPU-n1-0"), usedmem=50_000, usedcores=0)
+    stale = Allocation(pod_uid=uid, namespace="default", name="a", node=NodeName("n1"), devices=((card,),),
+                       containers=("c0",))
+    await (await bus.kv(ALLOCATIONS)).put(uid, encode_allocation(stale))
+    await wait_until(lambda: used(scheduler, "n1", 0).usedmem == 50_000, what="the stale entry loaded")
+    assert await client.bind(a, "n2") == ""
+    entry = scheduler.ledger.entry(uid)
+    assert entry is not None and entry.node == "n2"
+    assert used(scheduler, "n1", 0) == DeviceUsage() and used(scheduler, "n2", 0).usedmem == 50_000
+
+
+async def test_a_bind_of_a_pod_with_bad_scoring_weights_is_refused_as_bad_pod(
+    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    await cluster(bus, kube, scheduler, "n1", gpus=1)
+    a = await create(kube, gpu_pod("w", slice_of(1000), annotations={ann.DEVICE_SCORING_WEIGHTS: "slot=1"}))
+    error = await client.bind(a, "n1")  # no filter first: the bind parses the pod itself
+    assert error.startswith("pod default/w: hami.io/device-scoring-weights='slot=1'"), error
+    assert scheduler.ledger.entry(PodUID(a["metadata"]["uid"])) is None
+    labels = {"verb": "bind", "outcome": "bad_pod"}
+    assert scheduler.metrics.registry.get_sample_value("gpubus_scheduler_decisions_total", labels) == 1
 
 
 async def test_concurrent_binds_of_one_pod_bind_it_once(

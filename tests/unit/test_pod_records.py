@@ -224,3 +224,12 @@ def test_the_pod_cache_keeps_only_the_newest_pods() -> None:
     for i in range(3):
         cache.put(f"u{i}", _gpu_pod(f"u{i}", "1"))
     assert cache.pop("u0") is None and cache.pop("u2") is not None
+
+
+def test_a_memory_only_request_asks_for_the_default_card_count() -> None:
+    # HAMi's defaultGPUNum: gpumem without a count is one card; our own binder places such pods
+    full = pod("mem-only", scheduler="gpubus-scheduler", **HAMI)
+    full["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpumem": "1000"}}
+    adopted = adoptable(full)
+    assert adopted is not None and adopted == adoptable(slim(full) or {})
+    assert [d.uuid for d in adopted.devices[1]] == ["GPU-0"]

@@ -114,7 +114,11 @@ class SimApiServer:
     async def start(self) -> None:
         """Listen (again: a stopped server restarts on the same port with its objects kept)."""
         self.handlers.resume()
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        # auto_decompress off: like Go's net/http the API server reads a request body as sent (a
+        # gzip body is then not JSON, a 400), where aiohttp's own decoding answered garbage with a 500
+        self._runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0, auto_decompress=False
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()

@@ -95,12 +95,11 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
         raise BadReview(
             BadRequestKind.TOO_LARGE, f"request body of {length} bytes exceeds the {limit} byte limit"
         )
+    check_encoding(request.headers.get(hdrs.CONTENT_ENCODING, ""))  # before reading what is refused
     try:
-        body = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise BadReview(BadRequestKind.TOO_LARGE, f"request body exceeds the {limit} byte limit") from None
-    check_encoding(request.headers.get(hdrs.CONTENT_ENCODING, ""))
-    return body
 
 
 def check_encoding(encoding: str) -> None:

@@ -22,6 +22,7 @@ request. Case matrix:
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -362,3 +363,9 @@ async def test_json_patch_test_does_not_take_false_for_zero(populated: Api) -> N
     ops[0]["value"] = 0.0
     status, patched = await api.call("PATCH", f"{PODS}/p", ops, content_type=JSON_PATCH)
     assert status == 200 and patched["metadata"]["labels"]["t"] == "passed"
+
+
+async def test_a_compressed_body_is_read_as_sent_and_is_not_json(api: Api) -> None:
+    for data in (gzip.compress(orjson.dumps(pod("zipped"))), b"not-compressed-at-all"):
+        await api.refused(400, "BadRequest", "POST", PODS, raw=data, headers={"Content-Encoding": "gzip"})
+    await api.refused(404, "NotFound", "GET", f"{PODS}/zipped")

@@ -10,7 +10,7 @@ It knows neither gRPC nor the NATS client: the servicer and the app sit on eithe
 Cache directories (``<hook>/vgpu/containers/<podUID>_<ctr>``) are created here and never deleted
 here: HAMi-core's shared region lives in them while the container runs, and the monitor, which
 sees which pods still exist, removes them. Decisions from the bus are checked once on arrival
-(:func:`decision_problem`, :func:`capacity_problem`, :func:`time_problem`); a broken one is
+(:func:`decision_problem`, :func:`time_problem`); a broken one is
 counted, failed and released, never served. One kubelet call is answered all or none.
 """
 
@@ -43,7 +43,6 @@ from services.node_agent.pending import (
     Completed,
     PendingTable,
     Slot,
-    capacity_problem,
     decision_problem,
     time_problem,
 )
@@ -99,7 +98,6 @@ class Handoff:
         self._wait_s = settings.allocate_wait_s
         self._config = allocate_config(settings)
         self._uuid_of = uuid_of
-        self._gpus = frozenset(uuid_of.values())
         self._cards = cards
         """The registered memory and cores of each GPU: no decision may give a container more."""
         self._emit = emit
@@ -148,7 +146,7 @@ class Handoff:
         now = time.time()
         untimely = time_problem(allocation.decided_at, now)
         problem = (
-            decision_problem(allocation, self._gpus) or capacity_problem(allocation, self._cards) or untimely
+            decision_problem(allocation, self._cards) or untimely
         )
         if problem is None:
             return True

@@ -28,12 +28,13 @@ NO_DECISION = "no allocation decided for this node"
 MAX_DECIDED_AHEAD_S = 3600.0
 
 
-def decision_problem(allocation: Allocation, gpus: Collection[DeviceUUID]) -> str | None:
+def decision_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceInfo]) -> str | None:
     """Why a decision from the bus cannot be served on this node (None when it can).
 
     The codec checks types only; these are the promises the handoff relies on: one container
     name per slot, Kubernetes-shaped names (they become a cache directory path), GPUs this node
-    advertises, each at most once per container, sane limits.
+    advertises (``cards``), each at most once per container, limits within what the card
+    registered (the scheduler's Fit never gives more).
     """
     if len(allocation.containers) != len(allocation.devices):
         return f"{len(allocation.containers)} container names for {len(allocation.devices)} device slots"
@@ -49,18 +50,12 @@ def decision_problem(allocation: Allocation, gpus: Collection[DeviceUUID]) -> st
         if len({d.uuid for d in slot}) != len(slot):
             return f"container {name} is given the same GPU twice: {clip(str([d.uuid for d in slot]))}"
     for device in (d for slot in allocation.devices for d in slot):
-        if device.uuid not in gpus:
+        card = cards.get(device.uuid)
+        if card is None:
             return f"GPU {clip(device.uuid)!r} is not advertised by this node"
         if device.usedmem < 0 or not 0 <= device.usedcores <= 100:
             return f"GPU {device.uuid}: memory {device.usedmem} MiB or cores {device.usedcores}% out of range"
-    return None
-
-
-def capacity_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceInfo]) -> str | None:
-    """A container limit beyond what its card registered (the scheduler's Fit never gives that)."""
-    for device in (d for slot in allocation.devices for d in slot):
-        card = cards.get(device.uuid)
-        if card is not None and (device.usedmem > card.devmem or device.usedcores > card.devcore):
+        if device.usedmem > card.devmem or device.usedcores > card.devcore:
             return (
                 f"GPU {device.uuid}: {device.usedmem} MiB / {device.usedcores}% exceeds"
                 f" the card's registered {card.devmem} MiB / {card.devcore}%"

@@ -33,7 +33,15 @@ from services.node_agent.pending import NO_DECISION, PendingTable, decision_prob
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.verify import VerifyQueue
 from shared.errors import clip
-from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
+from shared.model import (
+    Allocation,
+    AllocationState,
+    ContainerDevice,
+    DeviceInfo,
+    DeviceUUID,
+    NodeName,
+    PodUID,
+)
 
 A = DeviceUUID("GPU-aaaaaaaa-0000-0000-0000-000000000001")
 B = DeviceUUID("GPU-bbbbbbbb-0000-0000-0000-000000000002")
@@ -314,7 +322,7 @@ def test_reconcile_marks_containers_the_kubelet_already_holds() -> None:
 
 # -- decisions that cannot be served -----------------------------------------------------------------
 
-GPUS = frozenset({A, B})
+GPUS = {g: DeviceInfo(id=g, type="NVIDIA-A100", devmem=81920) for g in (A, B)}
 
 
 def _broken(**changes: object) -> Allocation:

@@ -19,7 +19,6 @@ from services.node_agent.errors import DecisionMismatch
 from services.node_agent.pending import (
     MAX_DECIDED_AHEAD_S,
     PendingTable,
-    capacity_problem,
     decision_problem,
     time_problem,
 )
@@ -101,7 +100,7 @@ def test_one_gpu_twice_in_a_container_is_refused_but_once_in_each_of_two_is_fine
     ],
 )
 def test_limits_are_bounded_by_what_the_card_registered(device: ContainerDevice, refused: bool) -> None:
-    problem = capacity_problem(decision((device,)), CARDS)
+    problem = decision_problem(decision((device,)), CARDS)
     assert (problem is not None) == refused
     if refused:
         assert "exceeds the card's registered" in (problem or "")

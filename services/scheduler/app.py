@@ -140,7 +140,7 @@ class SchedulerApp:
             self.ledger,
             clock=self.clock,
             on_change=self._on_change,
-            on_input_error=lambda source, kind: self.metrics.input_errors.labels(source, kind).inc(),
+            on_input_error=self.metrics.input_error,
         )
         self.binder = Binder(
             state=self.state,
@@ -177,7 +177,7 @@ class SchedulerApp:
             on_adopt=self.metrics.adopted.inc,
             clock=self.clock,
             on_phase=self.phases.submit,
-            on_input_error=lambda source, kind: self.metrics.input_errors.labels(source, kind).inc(),
+            on_input_error=self.metrics.input_error,
             names=self.names,
         )
 

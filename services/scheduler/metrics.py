@@ -283,6 +283,10 @@ class SchedulerMetrics:
         self._legacy = legacy
         r.register(LedgerCollector(ledger, legacy=legacy))
 
+    def input_error(self, source: str, kind: str) -> None:
+        """Count one unusable input off the HTTP path (KV entries, events, pods)."""
+        self.input_errors.labels(source, kind).inc()
+
     def watch_quotas(self, known: Callable[[], dict[str, NamespaceQuota]]) -> None:
         self.registry.register(QuotaCollector(self._ledger, known, legacy=self._legacy))
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from services.scheduler.leases import AllocLeases
-from services.scheduler.state import State
+from services.scheduler.state import InputErrorCallback, State
 from shared import annotations as ann
 from shared.bus import Subscription
 from shared.errors import AnnotationError, BusUnavailable, RequestError
@@ -164,7 +164,7 @@ class Reconciler:
         on_adopt: Callable[[], None],
         clock: Callable[[], float] = time.time,
         on_phase: Callable[[str, str, ann.BindPhase, str], object] | None = None,
-        on_input_error: Callable[[str, str], None] = lambda source, kind: None,
+        on_input_error: InputErrorCallback = lambda source, kind: None,
         names: ResourceNames = DEFAULT_NAMES,
     ) -> None:
         self._state = state

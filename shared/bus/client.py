@@ -105,10 +105,6 @@ class Bus:
         return self.stats.dropped
 
     @property
-    def refused(self) -> int:
-        return self.stats.refused
-
-    @property
     def decode_errors(self) -> int:
         return self.stats.decode_errors
 

@@ -4,7 +4,8 @@ The chart runs kube-scheduler next to every replica, calling its local extender;
 leader election is independent of ours, so a standby can receive ``/bind``. Only the leader binds,
 so it serves core request/reply on :data:`BIND_SUBJECT` (in a queue group: one replica answers
 even while two briefly think they lead) and a standby sends the ``ExtenderBindingArgs`` there
-and relays the ``ExtenderBindingResult``. No leader, or none answering in time, is a clear Error.
+and relays the ``ExtenderBindingResult``. No leader, none answering in time, or a leader whose bind
+failed with an exception (an error reply, not silence) is a clear Error.
 
 Must not know HTTP, Fit or the ledger: the leader's local bind is handed in as a callable.
 """
@@ -18,7 +19,7 @@ import orjson
 
 from services.scheduler.errors import ExtenderInputError
 from services.scheduler.wire import BindingArgs, ExtenderBindingResult, load_body, parse_binding_args
-from shared.bus import Bus, Service
+from shared.bus import Bus, QueryFailed, Service
 from shared.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,9 @@ class BindForwarder:
         """Have the leader bind; ``(outcome, Error)`` with a clear Error when no leader answers."""
         try:
             reply = await self._bus.request(BIND_SUBJECT, encode_args(args), timeout=self._timeout_s)
+        except QueryFailed as e:
+            log.warning("bind %s/%s: the leader failed the forwarded bind: %s", args.pod_namespace, args.pod_name, e)
+            return "leader_error", f"the leader failed serving the forwarded bind ({e}); kube-scheduler will retry"
         except BusUnavailable as e:
             leader = self._leader_name() or "none elected"
             log.warning("bind %s/%s: no leader answered: %s", args.pod_namespace, args.pod_name, e)

@@ -6,7 +6,7 @@ Callers see only :mod:`shared.errors` types, never nats-py exceptions.
 
 from shared.bus.client import Bus, QueryHandler, Service
 from shared.bus.consumer import ConsumerOptions, DecodeErrorHandler, Deliver, Handler, Subscription
-from shared.bus.errors import EventRefused, InvalidKey
+from shared.bus.errors import EventRefused, InvalidKey, QueryFailed
 from shared.bus.fanout import ANY, Fanout, Route
 from shared.bus.kv import KV, Entry, Snapshot, Watch, WatchCallback
 from shared.bus.lease import Lease, OwnerCheck
@@ -35,6 +35,7 @@ __all__ = [
     "InvalidKey",
     "Lease",
     "OwnerCheck",
+    "QueryFailed",
     "QueryHandler",
     "Route",
     "Service",

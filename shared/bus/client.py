@@ -32,7 +32,7 @@ from shared.bus.consumer import (
     Subscription,
     open_subscription,
 )
-from shared.bus.errors import EventRefused, refusal_reason, translated, translated_publish
+from shared.bus.errors import EventRefused, QueryFailed, refusal_reason, translated, translated_publish
 from shared.bus.fanout import Fanout, Route
 from shared.bus.kv import KV
 from shared.bus.lease import Lease
@@ -40,7 +40,7 @@ from shared.bus.outbox import Outbox
 from shared.bus.settings import LOCKS, STREAM, BusSettings, check_settings, connect_options, redact_url
 from shared.bus.stats import BusStats
 from shared.codec import MAX_EVENT_BYTES, encode
-from shared.errors import BusRefused, BusUnavailable
+from shared.errors import BusRefused, BusUnavailable, clip
 from shared.events import Event, subject_for
 
 log = logging.getLogger(__name__)
@@ -238,18 +238,28 @@ class Bus:
 
     # -- queries --------------------------------------------------------------------------
     async def request(self, subject: str, payload: bytes, timeout: float = 1.0) -> bytes:  # noqa: ASYNC109
-        """Core request/reply (``gpubus.query.>``); BusUnavailable on no responder or timeout."""
+        """Core request/reply (``gpubus.query.>``); BusUnavailable on no responder or timeout,
+        QueryFailed when the responder answered that its handler failed."""
         with translated(f"request {subject}"):
             msg = await self.nc.request(subject, payload, timeout=timeout)
+        if msg.headers and SERVICE_ERROR in msg.headers:
+            code = msg.headers.get(SERVICE_ERROR_CODE, "500")
+            raise QueryFailed(f"{subject}: the responder failed ({code}): {msg.headers[SERVICE_ERROR]}")
         return msg.data
 
     async def serve(self, subject: str, handler: QueryHandler, *, queue: str | None = None) -> Service:
-        """Answer requests on ``subject``; a handler that raises is logged and the request gets no reply."""
+        """Answer requests on ``subject``. A handler that raises is logged and counted, and the
+        requester gets an error reply at once (NATS micro's headers) instead of waiting out its timeout."""
         async def on_request(msg: Msg) -> None:
             try:
                 reply = await handler(msg.data)
-            except Exception:
+            except Exception as e:
+                self.stats.handler_errors += 1
                 log.exception("query handler for %s failed", msg.subject)
+                if msg.reply:
+                    headers = {SERVICE_ERROR: _header_value(f"{type(e).__name__}: {e}"), SERVICE_ERROR_CODE: "500"}
+                    with contextlib.suppress(nats.errors.Error):
+                        await self.nc.publish(msg.reply, b"", headers=headers)
                 return
             with contextlib.suppress(nats.errors.Error):
                 await msg.respond(reply)
@@ -283,6 +293,16 @@ class Bus:
         with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
             if not self.nc.is_closed:
                 await self.nc.close()
+
+
+#: The reply headers of a failed request, as NATS micro services send them.
+SERVICE_ERROR = "Nats-Service-Error"
+SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
+
+
+def _header_value(text: str) -> str:
+    """One header line: no CR/LF (they would end the header block), bounded."""
+    return clip(" ".join(text.split()), 200)
 
 
 def _encoded(event: Event, what: str) -> bytes:

@@ -1,8 +1,8 @@
 """The one place where nats-py exceptions become gpubus errors (``raise ... from e``).
 
 Callers of the bus see only :mod:`shared.errors` types: ``BusUnavailable`` (retry later),
-``CasConflict`` (someone else wrote first), ``InvalidKey`` and ``EventRefused`` (bad input, never
-retry).
+``CasConflict`` (someone else wrote first), ``QueryFailed`` (a responder failed a request),
+``InvalidKey`` and ``EventRefused`` (bad input, never retry).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import nats.errors
 import nats.js.errors
 
-from shared.errors import BadInput, BusUnavailable, CasConflict
+from shared.errors import BadInput, BusUnavailable, CasConflict, GpubusError
 
 #: Words in a server ``-ERR`` that mean our credentials were refused.
 _AUTH_WORDS = ("authorization", "authentication")
@@ -25,6 +25,11 @@ WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
 
 class InvalidKey(BadInput):
     """A KV key outside ``[-/_=.a-zA-Z0-9]+``."""
+
+
+class QueryFailed(GpubusError):
+    """A responder received the request and failed serving it (NATS micro's ``Nats-Service-Error``
+    reply headers). Unlike ``BusUnavailable`` the request did arrive: the reply says why it failed."""
 
 
 class EventRefused(BadInput):

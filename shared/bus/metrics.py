@@ -23,7 +23,7 @@ HELP: dict[str, str] = {
     "refused": "Events NATS can never store (over max_payload, refused by the stream), dropped at once",
     "retries": "Outbox rounds that failed because NATS was unavailable and were retried",
     "decode_errors": "Messages consumers could not decode (logged, acked, skipped)",
-    "handler_errors": "Event handler failures (the message was redelivered or given up)",
+    "handler_errors": "Handler failures (an event redelivered or given up, a request answered with an error)",
     "consumed": "Messages handled and acked",
     "disconnects": "Times the connection to NATS was lost",
     "reconnects": "Times the connection to NATS was re-established",

@@ -21,7 +21,7 @@ class BusStats:
     decode_errors: int = 0
     """Messages consumers could not decode (logged, acked, skipped)."""
     handler_errors: int = 0
-    """Handler exceptions (the message was nak'd for redelivery or terminated)."""
+    """Handler exceptions: an event nak'd for redelivery or terminated, or a request answered with an error."""
     consumed: int = 0
     """Messages handled successfully and acked."""
     disconnects: int = 0

@@ -19,7 +19,7 @@ from asyncwait import wait_until
 from conftest import bus_settings
 from natsproc import NatsServerProcess
 
-from shared.bus import ANY, Bus, BusSettings, ConsumerOptions, Entry
+from shared.bus import ANY, Bus, BusSettings, ConsumerOptions, Entry, QueryFailed
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
 from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
 
@@ -448,6 +448,21 @@ async def test_request_reply_and_no_responder(bus: Bus) -> None:
     await service.stop()
     with pytest.raises(BusUnavailable):
         await bus.request("gpubus.query.node.nobody", b"hi", timeout=0.5)
+
+
+async def test_a_failing_handler_answers_with_an_error_reply(bus: Bus) -> None:
+    async def broken(payload: bytes) -> bytes:
+        raise ValueError("no such node\r\nInjected: header")
+
+    service = await bus.serve("gpubus.query.node.broken", broken)
+    before = bus.stats.handler_errors
+    try:
+        with pytest.raises(QueryFailed, match=r"gpubus.query.node.broken: the responder failed \(500\): "
+                                              r"ValueError: no such node Injected: header"):
+            await bus.request("gpubus.query.node.broken", b"hi", timeout=5)
+    finally:
+        await service.stop()
+    assert bus.stats.handler_errors == before + 1
 
 
 def test_settings_repr_hides_secrets() -> None:

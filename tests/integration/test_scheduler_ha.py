@@ -33,6 +33,7 @@ from scheduler_harness import (
 )
 
 from services.scheduler.app import SchedulerApp
+from services.scheduler.forward import BIND_SUBJECT
 from services.scheduler.leases import device_counts
 from services.sim.apiserver import SimApiServer
 from shared.bus import Bus, Subscription
@@ -269,6 +270,29 @@ async def test_standby_without_an_answering_leader_says_so_in_the_bind_error(
     error = await schedulers.bind(standby, pod)
     assert "no leader answered the forwarded bind on gpubus.query.scheduler.bind" in error
     assert "ghost-replica" in error
+    assert standby.ledger.entry(pod["metadata"]["uid"]) is None
+
+
+async def test_a_leader_whose_bind_raises_answers_the_standby_with_the_failure(
+    bus: Bus, kube: KubeClient, schedulers: Schedulers
+) -> None:
+    """Not silence until the standby's timeout, reported as "no leader": the leader's error reply."""
+    ghost = await bus.lease("leader.scheduler", "broken-replica", ttl=30.0, auto_renew=True)
+    assert await ghost.acquire()
+    schedulers.stack.push_async_callback(ghost.release)
+
+    async def broken_bind(payload: bytes) -> bytes:
+        raise RuntimeError("bind exploded")
+
+    service = await bus.serve(BIND_SUBJECT, broken_bind)
+    schedulers.stack.push_async_callback(service.stop)
+    standby = await schedulers.start(replica_id="standby", forward_timeout_s=5.0)
+    await add_node(bus, kube, standby)
+    await wait_until(lambda: standby.election.leader == "broken-replica", what="leader known")
+    [pod] = await create_pods(kube, "victim")
+    error = await schedulers.bind(standby, pod)
+    assert "the leader failed serving the forwarded bind" in error
+    assert "RuntimeError: bind exploded" in error
     assert standby.ledger.entry(pod["metadata"]["uid"]) is None
 
 

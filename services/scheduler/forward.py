@@ -82,8 +82,10 @@ class BindForwarder:
         try:
             reply = await self._bus.request(BIND_SUBJECT, encode_args(args), timeout=self._timeout_s)
         except QueryFailed as e:
-            log.warning("bind %s/%s: the leader failed the forwarded bind: %s", args.pod_namespace, args.pod_name, e)
-            return "leader_error", f"the leader failed serving the forwarded bind ({e}); kube-scheduler will retry"
+            log.warning("bind %s/%s: the leader failed the forwarded bind: %s",
+                        args.pod_namespace, args.pod_name, e)
+            return "leader_error", (
+                f"the leader failed serving the forwarded bind ({e}); kube-scheduler will retry")
         except BusUnavailable as e:
             leader = self._leader_name() or "none elected"
             log.warning("bind %s/%s: no leader answered: %s", args.pod_namespace, args.pod_name, e)

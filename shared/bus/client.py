@@ -257,7 +257,8 @@ class Bus:
                 self.stats.handler_errors += 1
                 log.exception("query handler for %s failed", msg.subject)
                 if msg.reply:
-                    headers = {SERVICE_ERROR: _header_value(f"{type(e).__name__}: {e}"), SERVICE_ERROR_CODE: "500"}
+                    headers = {SERVICE_ERROR: _header_value(f"{type(e).__name__}: {e}"),
+                               SERVICE_ERROR_CODE: "500"}
                     with contextlib.suppress(nats.errors.Error):
                         await self.nc.publish(msg.reply, b"", headers=headers)
                 return

@@ -21,7 +21,8 @@ class BusStats:
     decode_errors: int = 0
     """Messages consumers could not decode (logged, acked, skipped)."""
     handler_errors: int = 0
-    """Handler exceptions: an event nak'd for redelivery or terminated, or a request answered with an error."""
+    """Handler exceptions: an event nak'd for redelivery or terminated, or a request answered with
+    an error."""
     consumed: int = 0
     """Messages handled successfully and acked."""
     disconnects: int = 0

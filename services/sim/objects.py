@@ -37,6 +37,9 @@ _SUBDOMAIN_RULE = (re.compile(rf"{_LABEL}(\.{_LABEL})*"), 253, "a lowercase RFC 
 #: The alphabet of apiserver's generateName suffixes (no vowels, no confusable characters).
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+#: What defaulting fills into a pod's spec when absent, on create and (``pod_update``) on update.
+POD_SPEC_DEFAULTS: dict[str, Any] = {"schedulerName": "default-scheduler", "restartPolicy": "Always",
+                                     "terminationGracePeriodSeconds": 30, "priority": 0}
 
 
 def now() -> str:
@@ -58,10 +61,8 @@ def default_pod(pod: Obj, namespace: str) -> Obj:
         raise ApiError.bad_request("Pod must have metadata and spec objects")
     meta, spec = pod["metadata"], pod["spec"]
     meta["namespace"] = namespace
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("priority", 0)
+    for key, value in POD_SPEC_DEFAULTS.items():
+        spec.setdefault(key, value)
     pod["apiVersion"], pod["kind"] = "v1", "Pod"
     return pod
 

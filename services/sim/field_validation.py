@@ -1,0 +1,172 @@
+"""Server-side field validation of the objects written to the simulated API server: the
+``fieldValidation`` query parameter and the real server's strict decoding.
+
+``directive`` reads the parameter: empty is Warn (the real server's default for create, update and
+patch), anything but Ignore/Warn/Strict is the real 422 on the request's options. ``decoded`` walks a
+written object with the ``corev1`` table and finds the fields its type does not have, in document
+order and in the decoder's notation (``spec.containers[0].resouces``); the object it returns has none
+of them, as the real server decodes into Go structs and never stores an unknown field, whatever the
+directive. Strict makes them the real error (400 on create and update, 422 on patch), Warn one
+``Warning`` header each. What ``corev1`` does not describe (opaque types, maps, a kind's generic
+schema) is accepted as it is. Duplicate fields cannot be seen: the JSON decoder has kept the last.
+Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from services.sim import corev1
+from services.sim.errors import ApiError
+
+_SUPPORTED = '"", "Ignore", "Strict", "Warn"'
+_GO_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v",
+               '"': r"\"", "\\": r"\\"}
+
+
+class Directive(StrEnum):
+    IGNORE = "Ignore"
+    WARN = "Warn"
+    STRICT = "Strict"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decoded:
+    obj: Any
+    """The written object without its unknown fields (the very object when it had none)."""
+    unknown: tuple[str, ...]
+    warnings: tuple[str, ...]
+    """``Warning`` header values (Warn only), one per unknown field."""
+
+
+def directive(value: str | None, options_kind: str) -> Directive:
+    """The request's ``fieldValidation``; ``options_kind``: CreateOptions, UpdateOptions or PatchOptions."""
+    if not value:
+        return Directive.WARN
+    try:
+        return Directive(value)
+    except ValueError:
+        body = f"Unsupported value: {go_quote(value)}: supported values: {_SUPPORTED}"
+        cause = {"reason": "FieldValueNotSupported", "message": body, "field": "fieldValidation"}
+        raise ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: fieldValidation: {body}',
+                       {"group": "meta.k8s.io", "kind": options_kind, "causes": [cause]}) from None
+
+
+def decoded(kind: str, obj: Any, validation: Directive, *, patch: Any = None,
+            strategic: bool = False) -> Decoded:
+    """``obj`` (a create's or update's body, or a patched object when ``patch`` is its patch) as the
+    decoder keeps it; Strict with unknown fields raises the error of the verb."""
+    unknown: list[str] = []
+    kept = _object(obj, corev1.kind_type(kind), "", unknown)
+    if unknown and validation is Directive.STRICT:
+        if patch is None:
+            raise ApiError.bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: '
+                                       f"{strict_message(unknown)}")
+        raise patch_error(unknown, go_format(patch) if strategic else orjson.dumps(obj).decode())
+    warnings = tuple(dict.fromkeys(warning(path) for path in unknown)) if validation is Directive.WARN else ()
+    return Decoded(obj=kept, unknown=tuple(unknown), warnings=warnings)
+
+
+def strict_message(unknown: list[str]) -> str:
+    return "strict decoding error: " + ", ".join(f"unknown field {go_quote(path)}" for path in unknown)
+
+
+def patch_error(unknown: list[str], patch_text: str) -> ApiError:
+    """The 422 of a patch that leaves unknown fields: ``field.Invalid("patch", <patch>, <strict error>)``
+    in an Invalid Status without group, kind or name, as the real patch handler words it."""
+    body = f"Invalid value: {go_quote(patch_text)}: {strict_message(unknown)}"
+    return ApiError(422, "Invalid", f' "" is invalid: patch: {body}',
+                    {"causes": [{"reason": "FieldValueInvalid", "message": body, "field": "patch"}]})
+
+
+def warning(path: str) -> str:
+    """A ``Warning`` header value (RFC 7234 code 299, agent ``-``) for one unknown field."""
+    text = f"unknown field {go_quote(path)}"
+    return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _walk(value: Any, type_: str, path: str, unknown: list[str]) -> Any:
+    container, name = corev1.element(type_)
+    described = corev1.TYPES.get(name)
+    if described is None or container == "map":
+        return value
+    if container != "list":
+        return _object(value, described, path, unknown)
+    if not isinstance(value, list):
+        return value
+    items = [_object(item, described, f"{path}[{i}]", unknown) for i, item in enumerate(value)]
+    return value if all(new is old for new, old in zip(items, value, strict=True)) else items
+
+
+def _object(value: Any, type_: corev1.TypeDef, path: str, unknown: list[str]) -> Any:
+    """``value`` without the fields ``type_`` lacks; the same object when nothing below changed."""
+    if not isinstance(value, dict):
+        return value  # a wrong JSON type is the shape checks' 400
+    kept: dict[str, Any] = {}
+    for key, item in value.items():
+        at = f"{path}.{key}" if path else key
+        field = type_.fields.get(key)
+        if field is not None:
+            kept[key] = _walk(item, field.type, at, unknown)
+        elif type_.open:
+            kept[key] = item
+        else:
+            unknown.append(at)
+    same = len(kept) == len(value) and all(kept[k] is v for k, v in value.items())
+    return value if same else kept
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` of a string: ``"`` and ``\\`` escaped, non-printable characters as escapes."""
+    out = ['"']
+    for ch in text:
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "".join([*out, '"'])
+
+
+def go_format(value: Any) -> str:
+    """Go's ``%+v`` of a decoded JSON value: ``map[k:v ...]`` with sorted keys, ``[a b]``, bare strings."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_format(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_format(item) for item in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _go_float(value)
+    return str(value)
+
+
+def _go_float(value: float) -> str:
+    """``%v`` of a float64 (``'g'``, shortest digits): an exponent below 1e-4 and from 1e6 up."""
+    if value == 0:
+        return "0"
+    digits = Decimal(repr(value)).normalize()
+    sign, numerals, exponent = digits.as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = "".join(map(str, numerals))
+    point = len(mantissa) + exponent  # digits before the decimal point
+    if point - 1 < -4 or point - 1 >= 6:
+        fraction = f".{mantissa[1:]}" if len(mantissa) > 1 else ""
+        text = f"{mantissa[0]}{fraction}e{point - 1:+03d}"
+    elif point <= 0:
+        text = "0." + "0" * -point + mantissa
+    elif point >= len(mantissa):
+        text = mantissa + "0" * (point - len(mantissa))
+    else:
+        text = f"{mantissa[:point]}.{mantissa[point:]}"
+    return ("-" if sign else "") + text

@@ -15,6 +15,7 @@ This module must not know any service, the bus, or the simulator.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from shared.kube_errors import (
 )
 from shared.kube_types import (
     Binding,
+    Event,
     Node,
     NodeWatchEvent,
     Pod,
@@ -335,6 +337,39 @@ class KubeClient:
     async def create_resource_quota(self, namespace: str, quota: ResourceQuota) -> ResourceQuota:
         return cast(ResourceQuota, await self._call(
             "create resourcequota", self._core.create_namespaced_resource_quota, namespace, quota))
+
+    # events ----------------------------------------------------------------
+
+    async def create_event(self, namespace: str, event: Event) -> Event:
+        return cast(Event, await self._call("create event", self._core.create_namespaced_event, namespace,
+                                            event))
+
+    async def patch_event(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Event:
+        """Merge-patch one event (a repeat raising ``count`` and ``lastTimestamp``); 404 -> NotFound."""
+        return cast(Event, await self._call("patch event", self._core.patch_namespaced_event, name, namespace,
+                                            merge_patch, _content_type=MERGE_PATCH))
+
+    async def list_events(
+        self, namespace: str | None = None, *, field_selector: str | None = None
+    ) -> tuple[list[Event], str]:
+        """One namespace's events, or all namespaces' (None); items and the list's resourceVersion."""
+        kw = _selectors(field_selector, None)
+        if namespace is None:
+            body = await self._call("list events", self._core.list_event_for_all_namespaces, **kw)
+        else:
+            body = await self._call("list events", self._core.list_namespaced_event, namespace, **kw)
+        return cast(list[Event], body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
+
+    def watch_events(
+        self, resource_version: str, *, namespace: str | None = None, field_selector: str | None = None,
+        timeout_seconds: int = WATCH_TIMEOUT_S,
+    ) -> AsyncIterator[WatchEvent]:
+        kw = _selectors(field_selector, None)
+        if namespace is None:
+            method: Callable[..., Awaitable[Any]] = self._watch_core.list_event_for_all_namespaces
+        else:
+            method = functools.partial(self._watch_core.list_namespaced_event, namespace)
+        return self._watch("watch events", method, resource_version, timeout_seconds, kw)
 
     # watch -----------------------------------------------------------------
 

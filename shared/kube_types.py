@@ -208,6 +208,8 @@ class ObjectReference(TypedDict, total=False):
     name: str
     namespace: str
     uid: str
+    resourceVersion: str
+    fieldPath: str
 
 
 class Binding(TypedDict, total=False):
@@ -215,6 +217,33 @@ class Binding(TypedDict, total=False):
     kind: Literal["Binding"]
     metadata: ObjectMeta
     target: ObjectReference
+
+
+class EventSource(TypedDict, total=False):
+    component: str
+    host: str
+
+
+EventType = Literal["Normal", "Warning"]
+
+
+class Event(TypedDict, total=False):
+    """core/v1 ``Event``: something that happened to ``involvedObject``, as ``kubectl describe`` lists
+    it. Repeats of one event are the same object with ``count`` and ``lastTimestamp`` raised."""
+
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    involvedObject: ObjectReference
+    reason: str
+    message: str
+    source: EventSource
+    firstTimestamp: str
+    lastTimestamp: str
+    count: int
+    type: EventType
+    reportingComponent: str
+    reportingInstance: str
 
 
 WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]

@@ -2,13 +2,15 @@
 
 Field selectors: ``spec.nodeName=n1,status.phase!=Succeeded`` — ``=``, ``==``, ``!=``, commas AND;
 only the fields a resource supports (others are a 400, as on a real server); a missing field
-compares as the empty string. Label selectors: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``,
-``a notin (x,y)``, ``a`` (exists), ``!a`` (does not exist); and the structured ``LabelSelector``
-(matchLabels + matchExpressions) that webhook configurations use.
+compares as the empty string; an event's ``source`` is derived, as the event registry derives it.
+Label selectors: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``, ``a notin (x,y)``, ``a`` (exists),
+``!a`` (does not exist); and the structured ``LabelSelector`` (matchLabels + matchExpressions)
+that webhook configurations use.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,6 +29,12 @@ FIELDS: dict[str, frozenset[str]] = {
     "nodes": frozenset({"metadata.name", "spec.unschedulable"}),
     "namespaces": frozenset({"metadata.name", "status.phase"}),
     "resourcequotas": frozenset({"metadata.name", "metadata.namespace"}),
+    "events": frozenset({
+        "metadata.name", "metadata.namespace", "involvedObject.kind", "involvedObject.namespace",
+        "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion",
+        "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent",
+        "source", "type",
+    }),
 }
 
 _FIELD_TERM = re.compile(r"^([A-Za-z0-9_.]+)\s*(==|!=|=)\s*(.*)$")
@@ -52,11 +60,20 @@ def field_value(obj: Mapping[str, Any], path: tuple[str, ...]) -> str:
     return str(cur)
 
 
+def _event_source(event: Mapping[str, Any]) -> str:
+    """``source.component``, else ``reportingComponent`` (what events.k8s.io/v1 writers fill in)."""
+    return field_value(event, ("source", "component")) or field_value(event, ("reportingComponent",))
+
+
+#: Selectable fields that are not a path in the object.
+_DERIVED: dict[tuple[str, str], Callable[[Mapping[str, Any]], str]] = {("events", "source"): _event_source}
+
+
 def parse_field_selector(resource: str, text: str | None) -> tuple[Matcher, dict[str, str]]:
     """A matcher, plus the ``field=value`` equalities (used to index watchers by node)."""
     if not text:
         return _always, {}
-    terms: list[tuple[tuple[str, ...], bool, str]] = []
+    terms: list[tuple[Callable[[Mapping[str, Any]], str], bool, str]] = []
     equals: dict[str, str] = {}
     for raw in text.split(","):
         m = _FIELD_TERM.match(raw.strip())
@@ -65,12 +82,13 @@ def parse_field_selector(resource: str, text: str | None) -> tuple[Matcher, dict
         field, op, value = m.groups()
         if field not in FIELDS.get(resource, frozenset()):
             raise ApiError.bad_request(f'field label not supported: {field}')
-        terms.append((tuple(field.split(".")), op != "!=", value))
+        read = _DERIVED.get((resource, field)) or functools.partial(field_value, path=tuple(field.split(".")))
+        terms.append((read, op != "!=", value))
         if op != "!=":
             equals[field] = value
 
     def match(obj: Mapping[str, Any]) -> bool:
-        return all((field_value(obj, path) == value) is eq for path, eq, value in terms)
+        return all((read(obj) == value) is eq for read, eq, value in terms)
 
     return match, equals
 

@@ -1,11 +1,12 @@
 """Write-time checks of what the simulated API server itself reads back from stored objects.
 
 The server reads labels (selectors), annotations (a Binding merges into them), a pod's containers
-and their ``resources`` (quota), a quota's ``spec.hard``, and status conditions and container
-statuses (``kubectl get``'s Table). A value of the wrong type there, once stored, would break every
-later list, watch, bind or quota check that meets it; a real server's decoder never lets one in. So
-each write is checked here before it is stored, and reads trust the store: a wrong JSON type is a
-400 (the decoder's ``cannot unmarshal``), an unusable value of the right type a 422 Invalid.
+and their ``resources`` (quota), a quota's ``spec.hard``, status conditions and container
+statuses (``kubectl get``'s Table), and an event's own fields (selectors and the Table). A value
+of the wrong type there, once stored, would break every later list, watch, bind or quota check
+that meets it; a real server's decoder never lets one in. So each write is checked here before it
+is stored, and reads trust the store: a wrong JSON type is a 400 (the decoder's ``cannot
+unmarshal``), an unusable value of the right type a 422 Invalid.
 
 A write checks only the parts (metadata, spec, status) that are not the very objects already
 stored: stored objects are never mutated and were checked when written, so a status patch does not
@@ -146,6 +147,30 @@ def _node_status(kind: str, _name: str, value: Any) -> None:
     _map(kind, "status.nodeInfo", status.get("nodeInfo"))
 
 
+_EVENT_STRINGS = ("reason", "message", "type", "firstTimestamp", "lastTimestamp", "eventTime",
+                  "reportingComponent", "reportingInstance", "action")
+_REFERENCE_STRINGS = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+
+
+def _event_fields(kind: str, name: str, event: Obj) -> None:
+    """An event's top-level fields (it has no spec or status), and the rule that it lives in the
+    namespace of the object it is about (``legacyValidateEvent``; "default" also for a cluster-scoped one)."""
+    for key in _EVENT_STRINGS:
+        _string(kind, key, event.get(key))
+    involved = _map(kind, "involvedObject", event.get("involvedObject"))
+    for key in _REFERENCE_STRINGS:
+        _string(kind, f"involvedObject.{key}", involved.get(key))
+    _string_map(kind, "source", event.get("source"))
+    count = event.get("count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+        raise undecodable(kind, "count", count, "int32")
+    _map(kind, "series", event.get("series"))
+    namespace, about = event["metadata"].get("namespace") or "", involved.get("namespace") or ""
+    if (namespace != about) if about else (namespace not in ("", "default")):
+        raise ApiError.invalid("events", name, f'involvedObject.namespace: Invalid value: "{about}": '
+                               "does not match event.namespace")
+
+
 _SPEC: dict[str, Check] = {"pods": _pod_spec, "resourcequotas": _quota_spec}
 _STATUS: dict[str, Check] = {"pods": _pod_status, "nodes": _node_status}
 
@@ -160,6 +185,8 @@ def check_write(resource: str, kind: str, new: Obj, old: Obj | None) -> None:
         _SPEC.get(resource, _any_spec)(kind, name, new.get("spec"))
     if old is None or new.get("status") is not old.get("status"):
         _STATUS.get(resource, _any_status)(kind, name, new.get("status"))
+    if resource == "events":
+        _event_fields(kind, name, new)
 
 
 def check_binding(binding: Any) -> Obj:

@@ -11,6 +11,11 @@ watchers. Pod watchers with a ``spec.nodeName=`` field selector are indexed by n
 others kept apart), so a pod event reaches only its node's watchers and the unindexed ones:
 100 kubelets neither test nor are tested against every pod event.
 
+Events expire as with the API server's ``--event-ttl`` (1 hour; every write of an event renews it,
+as its etcd lease does), and past ``event_limit`` live events the least recently written go first:
+each expiry is a DELETED change like any delete. Live events are kept in last-write order, so both
+rules only ever look at the front of that order: a write or read costs O(1) amortised, never a scan.
+
 No HTTP here: the server layer parses requests and renders responses.
 """
 
@@ -18,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Iterable, Mapping
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +40,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
 _NODE_PATH = ("spec", "nodeName")
-_KIND_OF = {"pods": "Pod", "nodes": "Node", "namespaces": "Namespace", "resourcequotas": "ResourceQuota"}
+_KIND_OF = {"pods": "Pod", "nodes": "Node", "namespaces": "Namespace", "resourcequotas": "ResourceQuota",
+            "events": "Event"}
 
 
 @dataclass(slots=True)
@@ -114,7 +121,15 @@ class Watcher:
 class Store:
     """All objects of the simulated cluster, by resource then (namespace, name)."""
 
-    def __init__(self, *, history_limit: int = 20_000, watch_buffer: int = 50_000) -> None:
+    def __init__(
+        self,
+        *,
+        history_limit: int = 20_000,
+        watch_buffer: int = 50_000,
+        event_ttl_s: float = 3600.0,
+        event_limit: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.rv = 0
         self._objects: dict[str, dict[Key, Obj]] = {r: {} for r in _KIND_OF}
         self._history: deque[Change] = deque()
@@ -124,19 +139,28 @@ class Store:
         self._watchers: dict[str, set[Watcher]] = {r: set() for r in _KIND_OF}
         self._by_node: dict[str, set[Watcher]] = {}
         self._unindexed_pods: set[Watcher] = set()
+        self._event_ttl_s, self._event_limit, self._clock = event_ttl_s, event_limit, clock
+        self._event_expiry: OrderedDict[Key, float] = OrderedDict()
+        """Live events, least recently written first, with the clock time each expires."""
 
     # reads -----------------------------------------------------------------
 
     def get(self, resource: str, namespace: str, name: str) -> Obj:
+        if resource == "events":
+            self.expire_events()
         obj = self._objects[resource].get((namespace, name))
         if obj is None:
             raise ApiError.not_found(resource, name)
         return obj
 
     def find(self, resource: str, namespace: str, name: str) -> Obj | None:
+        if resource == "events":
+            self.expire_events()
         return self._objects[resource].get((namespace, name))
 
     def items(self, resource: str, namespace: str | None = None) -> Iterable[Obj]:
+        if resource == "events":
+            self.expire_events()
         objects = self._objects[resource].values()
         if namespace is None:
             return objects
@@ -174,6 +198,8 @@ class Store:
             except Exception:
                 log.exception("closing a %s watch that could not take change %d", resource, rv)
                 watcher.close()
+        if resource == "events":
+            self._track_event(kind, key)
         return obj
 
     def create(self, resource: str, obj: Obj) -> Obj:
@@ -194,6 +220,26 @@ class Store:
     def delete(self, resource: str, namespace: str, name: str) -> Obj:
         old = self.get(resource, namespace, name)
         return self._commit(resource, "DELETED", old, old)
+
+    # event expiry ------------------------------------------------------------
+
+    def _track_event(self, kind: str, key: Key) -> None:
+        if kind == "DELETED":
+            self._event_expiry.pop(key, None)
+            return
+        self._event_expiry[key] = self._clock() + self._event_ttl_s
+        self._event_expiry.move_to_end(key)
+        self.expire_events()
+
+    def expire_events(self) -> None:
+        """Delete the events past their TTL, then the least recently written beyond the limit."""
+        expiry, now = self._event_expiry, self._clock()
+        while expiry:
+            key, expires = next(iter(expiry.items()))
+            if expires > now and len(expiry) <= self._event_limit:
+                return
+            old = self._objects["events"][key]
+            self._commit("events", "DELETED", old, old)  # pops ``key``: not ``delete``, which reads back here
 
     # history and watch -------------------------------------------------------
 

@@ -88,3 +88,36 @@ def test_structured_selector(selector: dict[str, Any] | None, labels: dict[str, 
 def test_structured_selector_unknown_operator_is_a_400() -> None:
     with pytest.raises(ApiError):
         structured_selector_matches({"matchExpressions": [{"key": "a", "operator": "Gt"}]}, {})
+
+
+EVENT: dict[str, Any] = {
+    "metadata": {"name": "p.1", "namespace": "ns"}, "reason": "FailedScheduling", "type": "Warning",
+    "involvedObject": {"kind": "Pod", "namespace": "ns", "name": "p", "uid": "u-1", "apiVersion": "v1",
+                       "fieldPath": "spec.containers{main}"},
+    "source": {"component": "gpubus-scheduler"}, "reportingComponent": "gpubus-scheduler"}
+
+
+@pytest.mark.parametrize(("selector", "matches"), [
+    ("involvedObject.name=p,involvedObject.namespace=ns,involvedObject.uid=u-1", True),  # kubectl describe
+    ("involvedObject.kind=Pod,involvedObject.uid=u-2", False),
+    ("involvedObject.fieldPath=spec.containers{main}", True),
+    ("type=Warning,reason=FailedScheduling", True),
+    ("type!=Warning", False),
+    ("source=gpubus-scheduler", True),
+    ("reportingComponent=gpubus-scheduler,metadata.name=p.1", True),
+])
+def test_event_field_selectors(selector: str, matches: bool) -> None:
+    match, _ = parse_field_selector("events", selector)
+    assert match(EVENT) is matches
+
+
+def test_an_events_source_is_its_reporting_component_when_it_has_no_source() -> None:
+    match, _ = parse_field_selector("events", "source=default-scheduler")
+    assert match({"source": {}, "reportingComponent": "default-scheduler"})
+    assert not match({"source": {"component": "kubelet"}, "reportingComponent": "default-scheduler"})
+
+
+def test_an_event_field_the_registry_does_not_select_is_a_400() -> None:
+    with pytest.raises(ApiError) as info:
+        parse_field_selector("events", "message=x")
+    assert info.value.code == 400 and "field label not supported: message" in info.value.message

@@ -239,6 +239,9 @@ def snapshot(
 
 # -- the stack's own processes -------------------------------------------------------------------
 
+_NORMAL_EVENTS_HELP = "Record Normal events (Scheduled, Started); off: Warnings only (bench/e2e.py)."
+
+
 def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
     port: Annotated[int, Opt()],
     kubeconfig: Annotated[Path, Opt()],
@@ -261,6 +264,7 @@ def sim_kube_scheduler(  # noqa: PLR0917 - typer maps parameters to the command 
     kubeconfig: Annotated[Path, Opt()],
     extender_url: Annotated[str, Opt()],
     scheduler_name: Annotated[str, Opt()] = SCHEDULER_NAME,
+    normal_events: Annotated[bool, Opt(help=_NORMAL_EVENTS_HELP)] = True,
     ready_file: Annotated[Path | None, Opt()] = None,
     log_level: Annotated[str, Opt()] = "info",
     profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
@@ -270,7 +274,7 @@ def sim_kube_scheduler(  # noqa: PLR0917 - typer maps parameters to the command 
 
     setup_logging(log_level)
     spec = KubeSchedulerSpec(kubeconfig=kubeconfig, extender_url=extender_url, scheduler_name=scheduler_name,
-                             ready_file=ready_file)
+                             ready_file=ready_file, normal_events=normal_events)
     _run_uvloop(run_kube_scheduler(spec), profile)
 
 
@@ -286,6 +290,7 @@ def sim_nodes(  # noqa: PLR0917
     heartbeat: Annotated[float, Opt()] = 10.0,
     monitor_interval: Annotated[float, Opt()] = 5.0,
     admissions_log: Annotated[Path | None, Opt()] = None,
+    normal_events: Annotated[bool, Opt(help=_NORMAL_EVENTS_HELP)] = True,
     ready_file: Annotated[Path | None, Opt()] = None,
     log_level: Annotated[str, Opt()] = "info",
     profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
@@ -297,7 +302,7 @@ def sim_nodes(  # noqa: PLR0917
     spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
                      split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
                      heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
-                     monitor_interval_s=monitor_interval)
+                     monitor_interval_s=monitor_interval, normal_events=normal_events)
     _run_uvloop(run_nodes(spec), profile)
 
 

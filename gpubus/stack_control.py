@@ -22,11 +22,15 @@ from pathlib import Path
 
 from services.sim.admission import WebhookConfig
 from services.sim.apiserver import SimApiServer
+from services.sim.events import RecorderSettings
 from services.sim.extender_client import ExtenderConfig
 from services.sim.scheduler import SchedulerSettings, SimScheduler
 from shared.kube import KubeClient
 
 log = logging.getLogger(__name__)
+
+#: The scheduler name a pod gets when it names none (the API server's default).
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +52,8 @@ class KubeSchedulerSpec:
     extender_url: str
     scheduler_name: str
     ready_file: Path | None = None
+    normal_events: bool = True
+    """Record Scheduled events (FailedScheduling always)."""
 
 
 def write_ready(path: Path | None, **facts: object) -> None:
@@ -90,7 +96,11 @@ async def run_kube_scheduler(spec: KubeSchedulerSpec) -> None:
     stop_on_signals(stop)
     kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
     extender = ExtenderConfig(url_prefix=spec.extender_url, http_timeout_s=30.0, node_cache_capable=True)
-    scheduler = SimScheduler(kube, [extender], SchedulerSettings(scheduler_name=spec.scheduler_name))
+    # like a cluster's kube-scheduler, it also runs the default profile (pods without GPUs)
+    plain = () if spec.scheduler_name == DEFAULT_SCHEDULER else (DEFAULT_SCHEDULER,)
+    settings = SchedulerSettings(scheduler_name=spec.scheduler_name, plain_profiles=plain,
+                                 events=RecorderSettings(normal=spec.normal_events))
+    scheduler = SimScheduler(kube, [extender], settings)
     running = asyncio.create_task(scheduler.run(), name="sim-scheduler")
     stopping = asyncio.create_task(stop.wait(), name="kube-scheduler-stop")
     synced = asyncio.create_task(scheduler.synced.wait(), name="kube-scheduler-synced")

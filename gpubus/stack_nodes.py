@@ -29,6 +29,7 @@ from services.monitor.settings import MonitorSettings
 from services.node_agent.app import NodeAgent
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
+from services.sim.events import RecorderSettings
 from services.sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
 from shared.bus import Bus, BusSettings
 from shared.events import node_token
@@ -51,6 +52,8 @@ class NodesSpec:
     admissions_log: Path | None = None
     ready_file: Path | None = None
     monitor_interval_s: float = 5.0
+    normal_events: bool = True
+    """The kubelets record Started events (Warnings always)."""
 
 
 def host_scratch_root(candidates: tuple[str, ...] = ("/dev/shm", "/tmp")) -> str:
@@ -120,7 +123,8 @@ class SimCluster:
         for i, node in enumerate(self.names):
             d = self.sockets / node
             settings = SimNodeSettings(node=node, plugin_dir=d / "dp", pod_resources_socket=d / "pr.sock",
-                                       default_duration_s=duration, host_ip=f"10.0.{i // 250}.{i % 250 + 1}")
+                                       default_duration_s=duration, host_ip=f"10.0.{i // 250}.{i % 250 + 1}",
+                                       events=RecorderSettings(normal=self.spec.normal_events))
             sim = SimNode(settings, self.kube, on_admitted=self._record, on_fatal=self._on_fatal)
             await sim.start()
             self.sims[node] = sim

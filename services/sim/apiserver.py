@@ -1,10 +1,13 @@
 """The Kubernetes API server stand-in: real REST paths over aiohttp, for tests, demos and benchmarks.
 
 Serves what gpubus and its simulated cluster use — pods (with the ``binding`` and ``status``
-subresources), nodes (with ``status``), namespaces, resourcequotas, list/watch with field and
-label selectors, resourceVersion conflicts and 410, merge/JSON patches, a mutating webhook chain
-on pod CREATE — plus enough discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``) and
-server-side Table printing for ``kubectl get pods,nodes`` with the written kubeconfig.
+subresources), nodes (with ``status``), namespaces, resourcequotas, events, list/watch with field and
+label selectors, resourceVersion conflicts and 410, merge, strategic merge and JSON patches, the
+pod update rules (``pod_update.py``), a mutating webhook chain
+on pod CREATE — plus enough discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``),
+server-side Table printing for ``kubectl get pods,nodes`` with the written kubeconfig, and the
+OpenAPI documents (``/openapi/v3``, ``/openapi/v2``; ``openapi.py``) that ``kubectl apply/create``
+(server-side field validation) and ``kubectl explain`` read.
 
 Usage::
 
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
+from email.utils import formatdate
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -27,6 +32,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from services.sim import openapi
 from services.sim.admission import AdmissionChain, WebhookConfig
 from services.sim.errors import ApiError
 from services.sim.handlers import KINDS, NAMESPACED, ResourceHandlers, WatchSettings, json_response
@@ -36,16 +42,24 @@ from services.sim.store import Store
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-_SHORT_NAMES = {"pods": ["po"], "nodes": ["no"], "namespaces": ["ns"], "resourcequotas": ["quota"]}
+_SHORT_NAMES = {"pods": ["po"], "nodes": ["no"], "namespaces": ["ns"], "resourcequotas": ["quota"],
+                "events": ["ev"]}
+#: Resources in the ``all`` category, as on a real server (of those served here: pods).
+_CATEGORY_ALL = frozenset({"pods"})
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+#: The resources with a ``status`` subresource (``add_routes`` serves it, the OpenAPI document names it).
+STATUS_SUBRESOURCES = ("pods", "nodes")
+_A_YEAR_S = 365 * 24 * 3600
 
 
 def _discovery_v1() -> dict[str, Any]:
     resources: list[dict[str, Any]] = []
     for resource, kind in KINDS.items():
-        resources.append({"name": resource, "singularName": kind.lower(),
-                          "namespaced": resource in NAMESPACED, "kind": kind, "verbs": _VERBS,
-                          "shortNames": _SHORT_NAMES[resource]})
+        entry = {"name": resource, "singularName": kind.lower(), "namespaced": resource in NAMESPACED,
+                 "kind": kind, "verbs": _VERBS, "shortNames": _SHORT_NAMES[resource]}
+        if resource in _CATEGORY_ALL:
+            entry["categories"] = ["all"]  # what `kubectl get all` lists
+        resources.append(entry)
     for sub, kind, verbs in (("pods/binding", "Binding", ["create"]), ("pods/status", "Pod", ["get", "patch",
                              "update"]), ("nodes/status", "Node", ["get", "patch", "update"])):
         resources.append({"name": sub, "singularName": "", "namespaced": sub.startswith("pods"), "kind": kind,
@@ -99,6 +113,7 @@ class SimApiServer:
         self.admission = AdmissionChain(webhooks)
         self.handlers = ResourceHandlers(self.store, self.admission, watch or WatchSettings())
         self._runner: web.AppRunner | None = None
+        self.openapi = openapi.build(KINDS, NAMESPACED, status=STATUS_SUBRESOURCES, binding="pods" in KINDS)
         for name in namespaces:
             self.store.create("namespaces", _namespace(name))
 
@@ -191,14 +206,26 @@ def add_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiSer
     async def ok(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def openapi_root(request: web.Request) -> web.Response:
+        return await _openapi_reply(request, server.openapi.root)
+
+    async def openapi_group(request: web.Request) -> web.Response:
+        return await _openapi_group(request, server.openapi)
+
+    async def openapi_v2(request: web.Request) -> web.Response:
+        return await _openapi_v2(request, server.openapi)
+
     for path, handler in (("/version", version), ("/api", api_versions), ("/apis", api_groups),
-                          ("/api/v1", api_v1), ("/healthz", ok), ("/readyz", ok), ("/livez", ok)):
+                          ("/api/v1", api_v1), ("/healthz", ok), ("/readyz", ok), ("/livez", ok),
+                          (openapi.ROOT_PATH, openapi_root), (openapi.GROUP_ROUTE, openapi_group),
+                          (openapi.V2_PATH, openapi_v2)):
         router.add_get(path, handler)
 
     ns_item = "/api/v1/namespaces/{ns}/pods/{name}"
     router.add_post(ns_item + "/binding", h.route(h.bind, "pods"))
     router.add_post("/api/v1/namespaces/{ns}/bindings", h.route(h.bind, "pods"))
-    for resource, base in (("pods", ns_item), ("nodes", "/api/v1/nodes/{name}")):
+    for resource in STATUS_SUBRESOURCES:
+        base = ns_item if resource in NAMESPACED else f"/api/v1/{resource}/{{name}}"
         router.add_get(base + "/status", h.route(h.get, resource))
         router.add_put(base + "/status", h.route(h.replace_status, resource))
         router.add_patch(base + "/status", h.route(h.patch_status, resource))
@@ -216,6 +243,42 @@ def add_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiSer
         router.add_put(item, h.route(h.replace, resource))
         router.add_patch(item, h.route(h.patch, resource))
         router.add_delete(item, h.route(h.delete, resource))
+
+
+async def _openapi_group(request: web.Request, docs: openapi.OpenApi) -> web.Response:
+    """A group-version document as the real handler serves it: 404 for an unknown one, 406 unless JSON
+    is acceptable, a 301 to the current hash for a stale one, and cacheable for a year under its hash."""
+    group = request.match_info["group"]
+    doc = docs.groups.get(group)
+    if doc is None:
+        return web.Response(status=404, text="404 page not found\n")
+    if not openapi.accepts_json(request.headers.get("Accept", "")):
+        return web.Response(status=406, headers={"Vary": "Accept"})
+    wanted, headers = request.query.get("hash"), {"Vary": "Accept"}
+    if wanted and wanted != doc.etag:
+        raise web.HTTPMovedPermanently(openapi.server_relative_url(group, doc.etag), headers=headers)
+    if wanted:
+        headers |= {"Cache-Control": "public, immutable",
+                    "Expires": formatdate(time.time() + _A_YEAR_S, usegmt=True)}
+    return await _openapi_reply(request, doc, headers)
+
+
+async def _openapi_v2(request: web.Request, docs: openapi.OpenApi) -> web.Response:
+    """The v2 document as protobuf (what kubectl asks for) or JSON; 406 if the client takes neither."""
+    served = openapi.v2_format(request.headers.get("Accept", ""))
+    if served is None:
+        return web.Response(status=406, headers={"Vary": "Accept"})
+    if served == "protobuf":
+        return await _openapi_reply(request, docs.v2_protobuf, {"Vary": "Accept"}, openapi.V2_PROTOBUF)
+    return await _openapi_reply(request, docs.v2_json, {"Vary": "Accept"})
+
+
+async def _openapi_reply(request: web.Request, doc: openapi.Document, headers: dict[str, str] | None = None,
+                         content_type: str = "application/json") -> web.Response:
+    headers = {**(headers or {}), "Etag": f'"{doc.etag}"'}
+    if openapi.etag_matches(request.headers.get("If-None-Match", ""), doc.etag):
+        return web.Response(status=304, headers=headers)
+    return web.Response(body=doc.body, content_type=content_type, headers=headers)
 
 
 async def start_apiserver(

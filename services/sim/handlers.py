@@ -1,11 +1,12 @@
-"""The REST verbs of the simulated API server for pods, nodes, namespaces and resourcequotas.
+"""The REST verbs of the simulated API server for pods, nodes, namespaces, resourcequotas and events.
 
 Each handler decodes the request, checks what it would store (``shapes``, once per write: reads
 trust the store), calls the store and the pure object rules, and renders JSON; errors are
 ``ApiError`` and become a ``Status`` in the server's middleware. Watches stream
 newline-delimited events from a store ``Watcher`` with bookmarks and the server-side timeout; the
 events that arrive within ``WatchSettings.coalesce_s`` of the first go out in one chunk.
-Strategic-merge patches are applied as JSON merge patches (lists are replaced, not merged by key).
+Strategic-merge patches merge lists by their merge key and honour the directives (``strategic``); an
+update of a pod's spec is held to the real server's rules (``pod_update``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from services.sim import objects, shapes
+from services.sim import field_validation, objects, pod_update, shapes
 from services.sim.admission import AdmissionChain
 from services.sim.errors import ApiError, PatchError
+from services.sim.field_validation import Directive
 from services.sim.jsonpatch import apply_json_patch, merge_patch
 from services.sim.store import Obj, Store, event_line
+from services.sim.strategic import strategic_merge_patch
 from services.sim.tables import as_table, wants_table
 
 log = logging.getLogger(__name__)
@@ -33,11 +36,13 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Verb = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
 
-KINDS = {"pods": "Pod", "nodes": "Node", "namespaces": "Namespace", "resourcequotas": "ResourceQuota"}
-NAMESPACED = frozenset({"pods", "resourcequotas"})
+KINDS = {"pods": "Pod", "nodes": "Node", "namespaces": "Namespace", "resourcequotas": "ResourceQuota",
+         "events": "Event"}
+NAMESPACED = frozenset({"pods", "resourcequotas", "events"})
 _SUCCESS_201 = orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                              "code": 201})
-_MERGE_TYPES = frozenset({"application/merge-patch+json", "application/strategic-merge-patch+json"})
+_STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+_MERGE_TYPES = frozenset({"application/merge-patch+json", _STRATEGIC_MERGE_PATCH})
 _JSON_PATCH = "application/json-patch+json"
 _TIMEOUT_SECONDS = re.compile(r"[0-9]{1,18}")  # an int64 of seconds, never negative
 _IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp")
@@ -49,8 +54,26 @@ def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
+def _warn(response: web.Response, warnings: tuple[str, ...]) -> web.Response:
+    """One ``Warning`` header per warning, as the real server sends them (kubectl prints each)."""
+    for warning in warnings:
+        response.headers.add("Warning", warning)
+    return response
+
+
+#: What typed clients such as ``kubectl create namespace|quota`` send: Kubernetes protobuf.
+_PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
 async def read_json(request: web.Request) -> Any:
     """The body, refused (400) unless the server can also write it back out once stored."""
+    if request.content_type == _PROTOBUF:
+        # a real server decodes it; the stand-in speaks JSON only, so say so instead of "not JSON"
+        raise ApiError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media types include: "
+                       f"application/json (got {_PROTOBUF}: this API server stand-in speaks JSON only; "
+                       f"write the object as YAML and `kubectl apply -f` it, e.g. `kubectl create namespace "
+                       f"team-a --dry-run=client -o yaml | kubectl apply -f -`)")
     raw = await request.read()
     try:
         body = orjson.loads(raw)
@@ -117,13 +140,15 @@ class ResourceHandlers:
         if resource == "resourcequotas":
             items = [self._quota_with_status(quota) for quota in items]
         if wants_table(request.headers.get("Accept", "")):
-            return json_response(as_table(resource, items, rv))
+            return json_response(as_table(resource, items, rv, q.get("includeObject", "Metadata")))
         return json_response({"kind": f"{KINDS[resource]}List", "apiVersion": "v1",
                               "metadata": {"resourceVersion": rv}, "items": items})
 
     async def create(self, request: web.Request, resource: str) -> web.StreamResponse:
         namespace, kind = self._ns(request, resource), KINDS[resource]
-        obj = read_object(await read_json(request), kind)
+        validation = field_validation.directive(request.query.get("fieldValidation"), "CreateOptions")
+        decoded = field_validation.decoded(kind, read_object(await read_json(request), kind), validation)
+        obj = decoded.obj
         shapes.check_metadata(kind, obj["metadata"])
         _place(obj["metadata"], resource, namespace)
         generated = not obj["metadata"].get("name")
@@ -138,7 +163,7 @@ class ResourceHandlers:
                 obj = _namespace_defaults(obj)
         if generated:
             self._avoid_name_collision(resource, obj)
-        return json_response(self.store.create(resource, obj), status=201)
+        return _warn(json_response(self.store.create(resource, obj), status=201), decoded.warnings)
 
     def _avoid_name_collision(self, resource: str, obj: Obj) -> None:
         """A generated name that is taken is generated again, up to 7 tries in all, as the API server
@@ -158,6 +183,8 @@ class ResourceHandlers:
         if admitted is not pod:  # a webhook's JSON patch is input too, and can nest deeper than the body
             shapes.check_depth(read_object(admitted, "Pod"))
             shapes.check_write("pods", "Pod", admitted, None)
+            # decoded as the real server decodes a webhook's result: leniently, unknown fields dropped
+            admitted = field_validation.decoded("Pod", admitted, Directive.IGNORE).obj
         admitted["metadata"]["namespace"] = namespace
         pod = objects.new_pod_status(objects.finish_create("pods", admitted, "Pod"))
         quotas = list(self.store.items("resourcequotas", namespace))
@@ -178,7 +205,8 @@ class ResourceHandlers:
         if resource == "resourcequotas":
             obj = self._quota_with_status(obj)
         if wants_table(request.headers.get("Accept", "")):
-            return json_response(as_table(resource, [obj], obj["metadata"]["resourceVersion"]))
+            return json_response(as_table(resource, [obj], obj["metadata"]["resourceVersion"],
+                                          request.query.get("includeObject", "Metadata")))
         return json_response(obj)
 
     async def replace(self, request: web.Request, resource: str) -> web.StreamResponse:
@@ -199,6 +227,8 @@ class ResourceHandlers:
         namespace, name = self._ns(request, resource), request.match_info["name"]
         if patch:
             _check_patch_type(request.content_type)
+        validation = field_validation.directive(request.query.get("fieldValidation"),
+                                                "PatchOptions" if patch else "UpdateOptions")
         body = await read_json(request)
         old = self.store.get(resource, namespace, name)
         if patch:
@@ -209,11 +239,15 @@ class ResourceHandlers:
             expect_rv = new["metadata"].get("resourceVersion")
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise ApiError.invalid(resource, name, "the patched object has no metadata")
-        new = _keep_identity(new, old)
+        decoded = field_validation.decoded(KINDS[resource], new, validation, patch=body if patch else None,
+                                           strategic=request.content_type == _STRATEGIC_MERGE_PATCH)
+        new = _keep_identity(decoded.obj, old)
         if resource in ("pods", "nodes"):
             new = objects.only_status(new, old) if status_only else objects.keep_status(new, old)
         shapes.check_write(resource, KINDS[resource], new, old)
-        return json_response(self.store.update(resource, new, expect_rv=expect_rv))
+        if resource == "pods" and not status_only:
+            new = pod_update.checked_update(new, old)
+        return _warn(json_response(self.store.update(resource, new, expect_rv=expect_rv)), decoded.warnings)
 
     async def delete(self, request: web.Request, resource: str) -> web.StreamResponse:
         namespace, name = self._ns(request, resource), request.match_info["name"]
@@ -222,7 +256,7 @@ class ResourceHandlers:
         old = self.store.get(resource, namespace, name)
         _check_preconditions(resource, options, old)
         if resource == "namespaces":
-            for inner in ("pods", "resourcequotas"):
+            for inner in ("pods", "resourcequotas", "events"):
                 for obj in list(self.store.items(inner, name)):
                     self.store.delete(inner, name, obj["metadata"]["name"])
         return json_response(self.store.delete(resource, namespace, name))
@@ -237,7 +271,9 @@ class ResourceHandlers:
                               "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
 
     async def bind(self, request: web.Request, resource: str) -> web.StreamResponse:
+        validation = field_validation.directive(request.query.get("fieldValidation"), "CreateOptions")
         binding = shapes.check_binding(await read_json(request))
+        warnings = field_validation.decoded("Binding", binding, validation).warnings
         namespace = request.match_info["ns"]
         meta = binding.get("metadata") or {}
         name = meta.get("name") or ""
@@ -248,7 +284,7 @@ class ResourceHandlers:
                                        "sent on the request")
         pod = self.store.get("pods", namespace, name)
         self.store.update("pods", objects.bind(pod, binding))
-        return web.Response(body=_SUCCESS_201, status=201, content_type="application/json")
+        return _warn(web.Response(body=_SUCCESS_201, status=201, content_type="application/json"), warnings)
 
     def _quota_with_status(self, quota: Obj) -> Obj:
         pods = list(self.store.items("pods", quota["metadata"]["namespace"]))
@@ -355,8 +391,13 @@ def _apply_patch(content_type: str, old: Obj, body: Any) -> tuple[Any, str | Non
         if not isinstance(body, dict):
             raise ApiError.bad_request("a merge patch must be a JSON object")
         meta = body.get("metadata")
-        return merge_patch(old, body), meta.get("resourceVersion") if isinstance(meta, dict) else None
+        expect_rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if content_type == _STRATEGIC_MERGE_PATCH:
+            return strategic_merge_patch(old, body), expect_rv
+        return merge_patch(old, body), expect_rv
     except PatchError as e:
+        if content_type == _STRATEGIC_MERGE_PATCH:  # the real server's 400 for a malformed directive
+            raise ApiError.bad_request(str(e)) from e
         raise ApiError(422, "Invalid", f"the patch could not be applied: {e}") from e
 
 

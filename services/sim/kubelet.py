@@ -7,6 +7,8 @@ by later containers, ``GetPreferredAllocation`` consulted when the plugin advert
 the already chosen devices as must-include). It records what it assigned and serves the pod
 resources API v1 (``List``, ``GetAllocatableResources``, ``Get``). :meth:`restart` behaves like
 a kubelet restart: every socket in the plugin dir is deleted and ``kubelet.sock`` re-created.
+Admission errors read as the kubelet's: "Allocate failed due to <the device manager's error, a
+plugin's in Go's ``rpc error: code = ... desc = ...`` form>, which is unexpected".
 
 It is a peer, not a mock: it imports nothing from the services it talks to, only the protos.
 Reused by ``gpubus sim`` for many nodes and pods, and by the node-agent's tests.
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 
 VERSION = "v1beta1"
 HEALTHY = "Healthy"
+#: grpc-go's names of the status codes whose Python names do not title-case into them.
+_GO_CODE_NAMES = {grpc.StatusCode.OK: "OK", grpc.StatusCode.CANCELLED: "Canceled"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,9 +245,9 @@ class SimKubelet:
             self._pods[pod.uid] = record
             try:
                 return await self._admit(pod, record)
-            except AdmissionError:
+            except AdmissionError as e:
                 del self._pods[pod.uid]
-                raise
+                raise AdmissionError(f"Allocate failed due to {e}, which is unexpected", e.code) from e
 
     async def _admit(self, pod: SimPod, record: _PodRecord) -> dict[str, ContainerAllocation]:
         endpoint = self._endpoints.get(pod.resource)
@@ -309,7 +313,8 @@ class SimKubelet:
         try:
             response = await endpoint.stub.GetPreferredAllocation(request, timeout=30)
         except grpc.aio.AioRpcError as e:
-            raise AdmissionError(f"GetPreferredAllocation failed: {e.details()}", e.code()) from e
+            raise AdmissionError(f"device plugin GetPreferredAllocation rpc failed with err: {_rpc_error(e)}",
+                                 e.code()) from e
         if not response.container_responses:
             return []
         return list(response.container_responses[0].deviceIDs)
@@ -321,9 +326,7 @@ class SimKubelet:
         try:
             response = await endpoint.stub.Allocate(request, timeout=30)
         except grpc.aio.AioRpcError as e:
-            raise AdmissionError(
-                f"Allocate failed due to {e.details()}, which is unexpected", e.code()
-            ) from e
+            raise AdmissionError(_rpc_error(e), e.code()) from e
         if len(response.container_responses) != 1:
             raise AdmissionError(
                 f"Allocate returned {len(response.container_responses)} responses for 1 request"
@@ -367,6 +370,12 @@ class SimKubelet:
             )
             for e in self._endpoints.values()
         ]
+
+
+def _rpc_error(e: grpc.aio.AioRpcError) -> str:
+    """A failed call as grpc-go's status error prints it."""
+    code = _GO_CODE_NAMES.get(e.code()) or e.code().name.title().replace("_", "")
+    return f"rpc error: code = {code} desc = {e.details()}"
 
 
 class _Registration(pb_grpc.RegistrationServicer):  # type: ignore[misc]

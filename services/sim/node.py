@@ -7,7 +7,9 @@ GetPreferredAllocation and Allocate per container, init containers first — the
 Running through the ``pods/status`` subresource, and Succeeded when its ``gpubus.io/sim-duration``
 annotation (or the default) expires, freeing its devices; pods found Running when it starts (a
 restarted simulator) are finished on the same schedule. A pod whose Allocate fails becomes
-Failed with reason ``UnexpectedAdmissionError``, as the kubelet does.
+Failed with reason ``UnexpectedAdmissionError``, as the kubelet does. It records the kubelet's
+events, from ``kubelet`` on its node: ``UnexpectedAdmissionError`` (Warning) with the admission
+error, and ``Started`` (Normal) "Started container NAME" for each container it starts.
 
 It talks to the API server through the ``SimNodeKube`` port and to the device plugin over gRPC;
 it knows nothing about gpubus's services, the bus or the scheduler.
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from services.sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference
 from services.sim.kubelet import AdmissionError, ContainerAllocation, SimContainer, SimKubelet, SimPod
 from shared.errors import GpubusError
 from shared.kube import Conflict, KubeApi, NotFound, list_and_watch_pods
@@ -40,8 +43,8 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _FOREVER = ("inf", "never", "forever")
 
 
-class SimNodeKube(KubeApi, Protocol):
-    """The API server calls a kubelet makes beyond :class:`KubeApi`."""
+class SimNodeKube(KubeApi, EventSink, Protocol):
+    """The API server calls a kubelet makes beyond :class:`KubeApi` (events included)."""
 
     async def patch_pod_status(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod: ...
 
@@ -65,6 +68,7 @@ class SimNodeSettings:
     """How long a pod runs without the duration annotation, seconds; None = until deleted."""
     labels: dict[str, str] = field(default_factory=dict)
     host_ip: str = "10.0.0.1"
+    events: RecorderSettings = field(default_factory=RecorderSettings)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +171,7 @@ class SimNode:
         self.node = settings.node
         self.kube = kube
         self.kubelet = SimKubelet(settings.plugin_dir, settings.pod_resources_socket)
+        self.events = EventRecorder(kube, {"component": "kubelet", "host": settings.node}, settings.events)
         self._on_admitted = on_admitted
         self._on_fatal = on_fatal
         self._pods: dict[str, asyncio.Task[None]] = {}
@@ -179,6 +184,7 @@ class SimNode:
     async def start(self) -> None:
         await self.kubelet.start()
         await self._register_node()
+        self._spawn("events", self.events.run())
         self._spawn("pods", self._watch_pods())
         self._spawn("capacity", self._capacity_loop())
 
@@ -280,12 +286,14 @@ class SimNode:
         except AdmissionError as e:
             self.failed += 1
             log.info("pod %s/%s rejected at admission on %s: %s", simpod.namespace, simpod.name, self.node, e)
+            self.events.record(pod_reference(pod), "Warning", ADMISSION_FAILED, str(e))
             await self._patch(simpod, failed_status(str(e)))
             return
         self.admitted += 1
         if self._on_admitted is not None:
             self._on_admitted(Admitted(node=self.node, namespace=simpod.namespace, name=simpod.name,
                                        uid=simpod.uid, containers=allocations))
+        self._record_started(pod, simpod)
         await self._patch(simpod, running_status(simpod, self.settings.host_ip))
         duration = parse_duration(annotations.get(DURATION_ANNOTATION), self.settings.default_duration_s)
         if duration is None:
@@ -293,6 +301,12 @@ class SimNode:
         await asyncio.sleep(duration)
         await self._patch(simpod, succeeded_status(simpod))
         self.kubelet.remove(simpod.uid)
+
+    def _record_started(self, pod: Pod, simpod: SimPod) -> None:
+        """The kubelet's ``Started`` event of each container, init containers first as they run."""
+        for c in simpod.containers:
+            where = f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}"
+            self.events.record(pod_reference(pod, where), "Normal", "Started", f"Started container {c.name}")
 
     async def _resume_pod(self, pod: Pod) -> None:
         """A pod already Running when this kubelet started (a restarted simulator): finish it on time."""

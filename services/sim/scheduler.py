@@ -8,8 +8,11 @@ x10, highest total wins, ties at random); binding cycles run concurrently, witho
 kube-scheduler (extender ``/bind`` when it has a bindVerb, else ``pods/binding``); "assumed" pods
 are not rescheduled while the watch has not yet shown them bound; unschedulable pods get
 ``PodScheduled=False`` (reason ``Unschedulable`` with kube-scheduler's "0/N nodes are available:
-..." message, or ``SchedulerError``) on their status. No preemption; resource fit only for the
-extended resources in ``SchedulerSettings.fit_resources`` (see there why ``nvidia.com/gpu`` is one).
+..." message, or ``SchedulerError``) on their status, and every outcome is an Event, as
+kube-scheduler records them: ``FailedScheduling`` (Warning) with that message, or ``Scheduled``
+(Normal) "Successfully assigned NS/NAME to NODE", from the scheduler's name (``events``). No
+preemption; resource fit only for the extended resources in ``SchedulerSettings.fit_resources``
+(see there why ``nvidia.com/gpu`` is one).
 
 It knows the API server only through ``KubeApi`` (+ ``patch_pod_status``) and the extender only
 through its HTTP endpoints; it imports nothing from the services.
@@ -25,6 +28,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from services.sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference, truncate_note
 from services.sim.extender_client import ExtenderClient, ExtenderConfig, ExtenderError
 from services.sim.node_fit import (
     Amounts,
@@ -45,8 +49,8 @@ log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
-class SchedulerKube(KubeApi, Protocol):
-    """What the stand-in needs beyond ``KubeApi``: writing the PodScheduled condition."""
+class SchedulerKube(KubeApi, EventSink, Protocol):
+    """What the stand-in needs beyond ``KubeApi``: writing the PodScheduled condition, and events."""
 
     async def patch_pod_status(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod: ...
 
@@ -63,6 +67,11 @@ class SchedulerSettings:
     admission enforces allocatable anyway, so a node it would refuse (allocatable 0 while the device
     plugin re-registers after a kubelet restart) only turns a bind into ``UnexpectedAdmissionError``.
     The stand-in checks it to schedule as that admission would; ``()`` is strictly HAMi's behaviour."""
+    events: RecorderSettings = field(default_factory=RecorderSettings)
+    """How its events are written (they come from ``scheduler_name``, as from a kube-scheduler profile)."""
+    plain_profiles: tuple[str, ...] = ()
+    """Further scheduler names it schedules without extenders, as a kube-scheduler's other profiles:
+    `gpubus up` adds ``default-scheduler``, so pods without GPUs (which the webhook leaves to it) run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +117,10 @@ class SimScheduler:
         self.queue = SchedulingQueue(self.settings.backoff)
         self.stats = SchedulerStats()
         self.synced = asyncio.Event()
+        self._profiles = frozenset({self.settings.scheduler_name, *self.settings.plain_profiles})
+        self._recorders = {name: EventRecorder(kube, {"component": name}, self.settings.events)
+                           for name in sorted(self._profiles)}
+        self.events = self._recorders[self.settings.scheduler_name]
         self._on_outcome = on_outcome
         self._pods: dict[str, Pod] = {}
         self._nodes: dict[str, Node] = {}
@@ -143,6 +156,8 @@ class SimScheduler:
         """Informers and the scheduling loop; if any of them dies, all stop and the error propagates."""
         pods_synced, nodes_synced = asyncio.Event(), asyncio.Event()
         async with asyncio.TaskGroup() as group:
+            for name, recorder in self._recorders.items():
+                group.create_task(recorder.run(), name=f"sim-scheduler-events-{name}")
             group.create_task(self._watch_pods(pods_synced), name="sim-scheduler-pods")
             group.create_task(self._watch_nodes(nodes_synced), name="sim-scheduler-nodes")
             await pods_synced.wait()
@@ -176,7 +191,7 @@ class SimScheduler:
 
     def _ours_and_pending(self, pod: Pod) -> bool:
         spec = pod.get("spec") or {}
-        return (spec.get("schedulerName") == self.settings.scheduler_name and not spec.get("nodeName")
+        return (spec.get("schedulerName") in self._profiles and not spec.get("nodeName")
                 and (pod.get("status") or {}).get("phase", "Pending") not in _TERMINAL
                 and not pod["metadata"].get("deletionTimestamp"))
 
@@ -274,7 +289,8 @@ class SimScheduler:
         """One scheduling cycle: filter, prioritize, then hand the pod to a binding cycle."""
         self.stats.attempts += 1
         nodes, reasons = self._in_tree_filter(pod)
-        interested = [client for client in self.extenders if client.config.interested_in(pod)]
+        interested = [client for client in self.extenders if client.config.interested_in(pod)
+                      and _scheduler_name(pod) == self.settings.scheduler_name]
         try:
             for client in interested:
                 if not nodes:
@@ -360,8 +376,8 @@ class SimScheduler:
             return
         self.queue.done(uid)
         self.stats.scheduled += 1
-        self._report(Outcome(uid=uid, namespace=namespace, name=name, node=node, reason="Scheduled",
-                             message=f"Successfully assigned {namespace}/{name} to {node}"))
+        self._report(pod, Outcome(uid=uid, namespace=namespace, name=name, node=node, reason="Scheduled",
+                                  message=f"Successfully assigned {namespace}/{name} to {node}"))
 
     # failures ---------------------------------------------------------------------------------
 
@@ -373,8 +389,8 @@ class SimScheduler:
             self.stats.errors += 1
         delay = self.queue.failed(uid, unschedulable=reason == "Unschedulable")
         log.info("pod %s/%s: %s: %s (retry in %.1fs)", namespace, name, reason, message, delay)
-        self._report(Outcome(uid=uid, namespace=namespace, name=name, node=None, reason=reason,
-                             message=message))
+        self._report(pod, Outcome(uid=uid, namespace=namespace, name=name, node=None, reason=reason,
+                                  message=message))
         condition_reason = "Unschedulable" if reason == "Unschedulable" else "SchedulerError"
         current = self._pods.get(uid, pod)
         patch = _scheduled_false(current, condition_reason, message)
@@ -387,7 +403,13 @@ class SimScheduler:
         except KubeError as e:
             log.info("could not record PodScheduled=False on %s/%s: %s", namespace, name, e)
 
-    def _report(self, outcome: Outcome) -> None:
+    def _report(self, pod: Pod, outcome: Outcome) -> None:
+        involved = pod_reference(pod)
+        recorder = self._recorders.get(_scheduler_name(pod), self.events)
+        if outcome.node is not None:
+            recorder.record(involved, "Normal", "Scheduled", outcome.message)
+        else:
+            recorder.record(involved, "Warning", "FailedScheduling", truncate_note(outcome.message))
         if self._on_outcome is not None:
             self._on_outcome(outcome)
 
@@ -401,6 +423,10 @@ class SimScheduler:
         if not task.cancelled() and task.exception() is not None:
             self.stats.errors += 1
             log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+
+def _scheduler_name(pod: Pod) -> str:
+    return str((pod.get("spec") or {}).get("schedulerName") or "")
 
 
 def _resources_only(containers: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -2,8 +2,9 @@
 
 :func:`running_stack` yields an :class:`E2E` handle: the :class:`Stack` (restart/kill children,
 restart NATS), a Kubernetes client on the stack's kubeconfig, a bus connection for KV reads,
-a live pod cache fed by a watch (tests wait on it, never sleep), per-node fault controls, and
-:meth:`E2E.check_invariants`, which every test ends with.
+a live pod cache fed by a watch (tests wait on it, never sleep), a pod's Events as ``kubectl
+describe`` finds them, per-node fault controls, and :meth:`E2E.check_invariants`, which every test
+ends with.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from asyncwait import wait_until
-from e2e_invariants import Facts, check
+from e2e_invariants import Facts, check, live_gpu_pod
 
 from gpubus.stack import Stack, StackSpec
 from gpubus.stack_nodes import control_subject
@@ -108,6 +109,18 @@ class E2E:
                        for c in (pod.get("status") or {}).get("conditions") or [])
         await wait_until(marked, timeout, what=f"{name} marked unschedulable")
 
+    async def wait_event(self, name: str, reason: str, timeout: float = 30.0,  # noqa: ASYNC109
+                         namespace: str = "default") -> dict[str, Any]:
+        """The Event ``reason`` about pod ``name`` once recorded, found as ``kubectl describe`` finds it."""
+        found: list[dict[str, Any]] = []
+
+        async def recorded() -> bool:
+            events, _ = await self.kube.list_events(namespace, field_selector=f"involvedObject.name={name}")
+            found[:] = [dict(e) for e in events if e.get("reason") == reason]
+            return bool(found)
+        await wait_until(recorded, timeout, what=f"a {reason} event about {name}")
+        return found[0]
+
     # -- faults ------------------------------------------------------------------------------
     async def node_control(self, node: str, action: str) -> None:
         reply = await self.bus.request(control_subject(node), json.dumps({"action": action}).encode(), 30.0)
@@ -148,9 +161,7 @@ class E2E:
         """Wait (bounded) for ledger and leases to converge, then assert every invariant."""
         async def converged() -> bool:
             pods, _ = await self.kube.list_pods()
-            live = {p["metadata"]["uid"] for p in pods
-                    if (p.get("spec") or {}).get("nodeName")
-                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+            live = {p["metadata"]["uid"] for p in pods if live_gpu_pod(cast(Pod, p))}
             locks = {k for k in await self._keys(LOCKS) if k.startswith("alloc.")}
             return await self._keys(ALLOCATIONS) == live and not locks
         with contextlib.suppress(AssertionError):

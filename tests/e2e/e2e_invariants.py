@@ -9,7 +9,8 @@ buckets. Violations are collected as sentences, so a failing test says everythin
 2. Every pod is Running/Succeeded with exactly the limits it asked for (the Allocate envs match the
    decision and the decision matches the pod's resource limits), or Pending with a published
    ``pod.unschedulable``, or (only where the test allows it) Failed.
-3. The ledger equals the live pods: KV ``allocations`` holds exactly the bound, unfinished pods.
+3. The ledger equals the live GPU pods: KV ``allocations`` holds exactly the bound, unfinished pods
+   that ask for GPU resources (a pod without any, placed by the default-scheduler, has no slice).
 4. No Allocate lease (``alloc.<node>.<n>``) is left behind.
 """
 
@@ -28,6 +29,16 @@ _MEM, _PCT, _CORES, _COUNT = "nvidia.com/gpumem", "nvidia.com/gpumem-percentage"
 
 def _limits(container: dict[str, Any]) -> dict[str, Any]:
     return (container.get("resources") or {}).get("limits") or {}
+
+
+def live_gpu_pod(pod: Pod) -> bool:
+    """Bound, unfinished and asking for an ``nvidia.com/`` resource: what the ledger must hold."""
+    spec = pod.get("spec") or {}
+    if not spec.get("nodeName") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    return any(name.startswith("nvidia.com/") for c in containers
+               for name in (*_limits(c), *((c.get("resources") or {}).get("requests") or {})))
 
 
 def _expected_envs(pod: Pod, record: dict[str, Any], devmem: dict[str, int]) -> list[str]:
@@ -90,7 +101,7 @@ def check(facts: Facts, *, allow_failed: frozenset[str] = frozenset(),
     for pod in facts.pods:
         meta, status = pod["metadata"], pod.get("status") or {}
         name, uid, phase = f"{meta['namespace']}/{meta['name']}", meta["uid"], status.get("phase", "Pending")
-        if (pod.get("spec") or {}).get("nodeName") and phase not in ("Succeeded", "Failed"):
+        if live_gpu_pod(pod):
             live.add(uid)
         if phase in ("Running", "Succeeded"):
             record = facts.admissions.get(uid)

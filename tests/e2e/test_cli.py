@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from e2e_harness import E2E, gpu_pod, running_stack
+from kubectl import kubectl, needs_kubectl
 
 from gpubus.stack import Stack, StackError, StackSpec
 
@@ -65,6 +66,48 @@ async def test_the_pod_that_cannot_fit_is_reported_pending_with_the_reason(e2e: 
     code, out, _ = await gpubus("explain", "--cluster", str(EXAMPLES / "cluster.json"),
                                 "--pod", str(EXAMPLES / "pod-cannot-fit.yaml"))
     assert code == 1 and "CardInsufficientMemory" in out, out
+
+
+@needs_kubectl
+async def test_kubectl_describe_says_why_a_pod_is_pending_and_get_events_lists_it(e2e: E2E) -> None:
+    await e2e.create(gpu_pod("way-too-big", mem=100_000, cores=10))
+    await e2e.wait_event("way-too-big", "FailedScheduling")
+    code, out, err = await kubectl(e2e.stack.kubeconfig, "describe", "pod", "way-too-big")
+    assert code == 0, err
+    [row] = [line for line in out.split("Events:", 1)[1].splitlines() if "FailedScheduling" in line]
+    assert row.split()[0] == "Warning" and "gpubus-scheduler" in row
+    assert "0/2 nodes are available: " in row and "CardInsufficientMemory" in row, out
+    code, out, err = await kubectl(e2e.stack.kubeconfig, "get", "events", "--field-selector",
+                                   "involvedObject.name=way-too-big")
+    assert code == 0 and "pod/way-too-big" in out and "CardInsufficientMemory" in out, out + err
+    await e2e.kube.delete_pod("default", "way-too-big")
+    await e2e.check_invariants()
+
+
+@needs_kubectl
+async def test_kubectl_apply_run_and_reapply_work_against_the_stack(e2e: E2E) -> None:
+    """A user's kubectl session: apply an example (validated server-side), run a pod without GPUs
+    (the stand-in's default-scheduler profile places it), re-apply with a new image (a strategic
+    merge patch): the GPU limits and the running slice stay as they were."""
+    config = e2e.stack.kubeconfig
+    example = await asyncio.to_thread((EXAMPLES / "pod-shared-memory.yaml").read_text)
+    manifest = example.replace("name: shared-memory", "name: kubectl-shared", 1)  # the stack is shared
+    code, out, err = await kubectl(config, "apply", "-f", "-", stdin=manifest)
+    assert code == 0 and "pod/kubectl-shared created" in out, out + err
+    code, out, err = await kubectl(config, "run", "plain-nginx", "--image=nginx", "--restart=Never")
+    assert code == 0, err
+    await e2e.wait_phase(["kubectl-shared", "plain-nginx"], {"Running", "Succeeded"})
+    before = await e2e.kube.get_pod("default", "kubectl-shared")
+    assert before is not None
+    code, out, err = await kubectl(config, "apply", "-f", "-",
+                                   stdin=manifest.replace("image: ", "image: registry.local/", 1))
+    assert code == 0 and "pod/kubectl-shared configured" in out, out + err
+    after = await e2e.kube.get_pod("default", "kubectl-shared")
+    assert after is not None
+    [was], [now] = before["spec"]["containers"], after["spec"]["containers"]
+    assert now["image"].startswith("registry.local/") and now["resources"] == was["resources"]
+    assert not [key for key in after["spec"] if key.startswith("$")]
+    await e2e.check_invariants()
 
 
 async def test_explain_against_a_snapshot_of_the_live_cluster_says_why(e2e: E2E, tmp_path: Path) -> None:

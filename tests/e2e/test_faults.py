@@ -108,6 +108,11 @@ async def test_a_pod_bound_by_hand_past_the_scheduler_fails_admission_and_takes_
     status = e2e.pods["orphan"]["status"]
     assert status["reason"] == "UnexpectedAdmissionError", status
     assert "no allocation decided" in status.get("message", ""), status
+    event = await e2e.wait_event("orphan", "UnexpectedAdmissionError")
+    assert event["type"] == "Warning" and event["source"] == {"component": "kubelet", "host": "node-1"}
+    assert event["message"].startswith("Allocate failed due to rpc error: code = ") and \
+        "desc = no allocation decided for this node" in event["message"], event
+    assert status["message"] == f"Pod was rejected: {event['message']}"
     after = batch("after", 4)
     await e2e.create(*after)
     await e2e.wait_phase(names(after), {"Running"})

@@ -106,6 +106,17 @@ async def test_a_pod_that_cannot_fit_stays_pending_with_a_published_reason(e2e: 
     await e2e.wait_unschedulable("wrong-type")
     await e2e.wait_phase(["right-type"], {"Running"})
     assert e2e.phase("too-big") == "Pending"
+    # what `kubectl describe pod` shows: kube-scheduler's events with the extender's reasons, the kubelet's
+    refused = await e2e.wait_event("too-big", "FailedScheduling")
+    assert refused["type"] == "Warning" and refused["source"] == {"component": "gpubus-scheduler"}
+    assert refused["message"].startswith("0/3 nodes are available: ")
+    assert "CardInsufficientMemory" in refused["message"]
+    node = e2e.pods["right-type"]["spec"]["nodeName"]
+    scheduled = await e2e.wait_event("right-type", "Scheduled")
+    assert scheduled["message"] == f"Successfully assigned default/right-type to {node}"
+    started = await e2e.wait_event("right-type", "Started")
+    assert started["source"] == {"component": "kubelet", "host": node}
+    assert started["involvedObject"]["fieldPath"] == "spec.containers{main}"
     await e2e.check_invariants()
     await _cleanup(e2e, ["too-big", "wrong-type", "right-type"])
 

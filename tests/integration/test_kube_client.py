@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 from asyncwait import wait_until
+from kubectl import kubectl, needs_kubectl
 
 from services.sim.apiserver import SimApiServer
 from services.sim.handlers import WatchSettings
@@ -410,6 +411,33 @@ async def test_kubectl_get_pods_and_nodes_with_the_kubeconfig(kube: KubeClient, 
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
     assert "visible" in out.decode() and "Pending" in out.decode() and "Ready" in out.decode()
+
+
+@needs_kubectl
+async def test_kubectl_get_all_lists_pods(kube: KubeClient, server: SimApiServer, tmp_path: Path) -> None:
+    """Pods are in the ``all`` category (discovery), as on a real server."""
+    await kube.create_pod("default", pod("in-all"))
+    code, out, err = await kubectl(server.write_kubeconfig(tmp_path / "kubeconfig"), "get", "all")
+    assert code == 0, err
+    assert "in-all" in out and "Pending" in out
+
+
+@needs_kubectl
+async def test_kubectl_create_namespace_sends_protobuf_and_is_told_how_to_do_it(
+    server: SimApiServer, tmp_path: Path
+) -> None:
+    """``kubectl create namespace|quota`` send protobuf, which the stand-in does not decode: a 415
+    that says what to do instead (not "the body is not valid JSON"), and the YAML route works."""
+    config = server.write_kubeconfig(tmp_path / "kubeconfig")
+    code, _, err = await kubectl(config, "create", "namespace", "team-a")
+    assert code != 0
+    assert "speaks JSON only" in err and "kubectl apply -f" in err, err
+    code, manifest, err = await kubectl(config, "create", "namespace", "team-a", "--dry-run=client",
+                                        "-o", "yaml")
+    assert code == 0, err
+    code, out, err = await kubectl(config, "apply", "-f", "-", stdin=manifest)
+    assert code == 0, err
+    assert "namespace/team-a created" in out
 
 
 async def test_a_proxy_from_the_environment_still_applies_to_the_api_server(

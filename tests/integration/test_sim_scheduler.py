@@ -10,8 +10,11 @@ unschedulable -> PodScheduled=False with the aggregated message, retried when a 
 SchedulerError; bind Error -> retried; many pods bound concurrently without exceeding capacity; 80
 binds parked at the extender while every pod is still filtered; no bindVerb -> pods/binding; pods
 outside managedResources skip the extender; in-tree filters (unschedulable, nodeSelector, taint);
-nvidia.com/gpu fit (allocatable 0 skipped, bound pods count until they finish, a node regaining
-allocatable retries at once, ``fit_resources=()`` leaves it to the extender as HAMi's config does).
+a plain profile (``default-scheduler``: in-tree filters and pods/binding, no extender, its own
+event source); nvidia.com/gpu fit (allocatable 0 skipped, bound pods count until they finish, a node regaining
+allocatable retries at once, ``fit_resources=()`` leaves it to the extender as HAMi's config does);
+events as kube-scheduler records them (FailedScheduling with the condition's message, repeats
+counted on one event; Scheduled naming the node; from the scheduler's name).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from services.sim.extender_client import ExtenderConfig
 from services.sim.scheduler import Outcome, SchedulerSettings, SimScheduler
 from services.sim.scheduling_queue import BackoffPolicy
 from shared.kube import KubeClient
-from shared.kube_types import Node, Pod
+from shared.kube_types import Event, Node, Pod
 
 GPU = "nvidia.com/gpu"
 
@@ -214,6 +217,28 @@ async def test_pods_of_other_schedulers_are_left_alone(cluster: Cluster) -> None
     assert await cluster.node_of("theirs") is None
 
 
+async def test_a_plain_profile_schedules_its_pods_without_the_extender(cluster: Cluster) -> None:
+    """As a kube-scheduler with a second profile: ``default-scheduler`` pods (no GPUs: the webhook
+    leaves them alone) are placed by the in-tree filters and bound through pods/binding, and their
+    events come from that profile's name; other schedulers' pods are still left alone."""
+    cluster.extender.free = {"n1": 0, "n2": 0}
+    await cluster.add_nodes(node("n1", labels={"disk": "ssd"}), node("n2"))
+    await cluster.start(plain_profiles=("default-scheduler",))
+    await cluster.kube.create_pod("default", gpu_pod("nginx", scheduler="default-scheduler", gpus=0,
+                                                     nodeSelector={"disk": "ssd"}))
+    await cluster.kube.create_pod("default", gpu_pod("other", scheduler="volcano", gpus=0))
+    assert (await cluster.wait_bound("nginx")) == {"nginx": "n1"}
+    assert cluster.extender.requests == {"filter": [], "prioritize": [], "bind": []}
+    assert await cluster.node_of("other") is None
+
+    async def recorded() -> bool:
+        return bool(await events_about(cluster.kube, "nginx"))
+
+    await wait_until(recorded, what="a Scheduled event")
+    [event] = await events_about(cluster.kube, "nginx")
+    assert (event["reason"], event["source"]) == ("Scheduled", {"component": "default-scheduler"})
+
+
 async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_deleted(cluster: Cluster) -> None:
     cluster.extender.free = {"n1": 1, "n2": 0}
     await cluster.add_nodes(node("n1"), node("n2"))
@@ -239,6 +264,53 @@ async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_dele
     cluster.extender.free["n1"] += 1  # what the real extender does when it sees the deletion
     await cluster.kube.delete_pod("default", "first")
     assert (await cluster.wait_bound("second")) == {"second": "n1"}
+
+
+async def events_about(kube: KubeClient, name: str) -> list[Event]:
+    events, _ = await kube.list_events("default", field_selector=f"involvedObject.name={name}")
+    return events
+
+
+async def test_an_unschedulable_pod_gets_a_failed_scheduling_event_with_the_extenders_reasons(
+        cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 0, "n2": 0}
+    await cluster.add_nodes(node("n1"), node("n2"))
+    await cluster.start()
+    created = await cluster.kube.create_pod("default", gpu_pod("big"))
+
+    async def recorded(count: int) -> bool:
+        return [e.get("count") for e in await events_about(cluster.kube, "big")] == [count]
+
+    await wait_until(lambda: recorded(1), what="a FailedScheduling event")
+    [event] = await events_about(cluster.kube, "big")
+    assert (event["type"], event["reason"]) == ("Warning", "FailedScheduling")
+    assert event["message"] == "0/2 nodes are available: 2 insufficient GPU."
+    assert event["source"] == {"component": "gpubus-scheduler"}
+    assert event["reportingComponent"] == "gpubus-scheduler"
+    assert event["involvedObject"]["uid"] == created["metadata"]["uid"]
+    pod = await cluster.kube.get_pod("default", "big")
+    conditions = (pod or {}).get("status", {}).get("conditions", [])
+    assert [c["message"] for c in conditions if c["type"] == "PodScheduled"] == [event["message"]]
+    # a node update is a cluster event: the pod is tried again, with the same verdict
+    await cluster.kube.patch_node_status("n2", {"status": {"conditions": []}})
+    await wait_until(lambda: recorded(2), what="the repeat counted on the same event")
+
+
+async def test_a_bound_pod_gets_a_scheduled_event_from_the_schedulers_name(cluster: Cluster) -> None:
+    cluster.extender.free = {"n1": 1}
+    await cluster.add_nodes(node("n1"))
+    await cluster.start(scheduler_name="hami-scheduler")
+    await cluster.kube.create_pod("default", gpu_pod("a", scheduler="hami-scheduler"))
+    await cluster.wait_bound("a")
+
+    async def recorded() -> bool:
+        return bool(await events_about(cluster.kube, "a"))
+
+    await wait_until(recorded, what="a Scheduled event")
+    [event] = await events_about(cluster.kube, "a")
+    assert (event["type"], event["reason"], event["message"]) == (
+        "Normal", "Scheduled", "Successfully assigned default/a to n1")
+    assert event["source"] == {"component": "hami-scheduler"}
 
 
 async def test_unschedulable_pod_without_events_is_retried_after_the_leftover_time(cluster: Cluster) -> None:

@@ -60,9 +60,15 @@ def directive(value: str | None, options_kind: str) -> Directive:
 def decoded(kind: str, obj: Any, validation: Directive, *, patch: Any = None,
             strategic: bool = False) -> Decoded:
     """``obj`` (a create's or update's body, or a patched object when ``patch`` is its patch) as the
-    decoder keeps it; Strict with unknown fields raises the error of the verb."""
+    decoder keeps it; Strict with unknown fields raises the error of the verb.
+
+    A merge or strategic patch (an object) walks only the parts of ``obj`` it touched: the stored
+    object had no unknown field, so any comes from the patch, and a status write (two a pod) then
+    costs what the patch holds, not the whole pod. A list it touched is walked whole, since merging
+    may have moved its elements; paths are the patched object's, as the real decoder reports them."""
     unknown: list[str] = []
-    kept = _object(obj, corev1.kind_type(kind), "", unknown)
+    touched = patch if isinstance(patch, dict) else _ALL
+    kept = _object(obj, corev1.kind_type(kind), "", unknown, touched)
     if unknown and validation is Directive.STRICT:
         if patch is None:
             raise ApiError.bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: '
@@ -90,35 +96,47 @@ def warning(path: str) -> str:
     return '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _walk(value: Any, type_: str, path: str, unknown: list[str]) -> Any:
+#: ``touched`` meaning "all of it" (a create, an update, a JSON patch, a list a patch touched).
+_ALL: Any = object()
+
+
+def _walk(value: Any, type_: str, path: str, unknown: list[str], touched: Any) -> Any:
     container, name = corev1.element(type_)
     described = corev1.TYPES.get(name)
     if described is None or container == "map":
         return value
     if container != "list":
-        return _object(value, described, path, unknown)
+        return _object(value, described, path, unknown, touched)
     if not isinstance(value, list):
         return value
-    items = [_object(item, described, f"{path}[{i}]", unknown) for i, item in enumerate(value)]
+    items = [_object(item, described, f"{path}[{i}]", unknown, _ALL) for i, item in enumerate(value)]
     return value if all(new is old for new, old in zip(items, value, strict=True)) else items
 
 
-def _object(value: Any, type_: corev1.TypeDef, path: str, unknown: list[str]) -> Any:
-    """``value`` without the fields ``type_`` lacks; the same object when nothing below changed."""
+def _object(value: Any, type_: corev1.TypeDef, path: str, unknown: list[str], touched: Any) -> Any:
+    """``value`` without the fields ``type_`` lacks (of those ``touched`` names, in document order);
+    the same object when nothing below changed."""
     if not isinstance(value, dict):
         return value  # a wrong JSON type is the shape checks' 400
-    kept: dict[str, Any] = {}
+    partial = touched is not _ALL and isinstance(touched, dict)
+    kept: dict[str, Any] | None = None
     for key, item in value.items():
-        at = f"{path}.{key}" if path else key
+        if partial and key not in touched:
+            continue
         field = type_.fields.get(key)
-        if field is not None:
-            kept[key] = _walk(item, field.type, at, unknown)
-        elif type_.open:
-            kept[key] = item
-        else:
+        if field is None and type_.open:
+            continue
+        at = f"{path}.{key}" if path else key
+        if field is None:
             unknown.append(at)
-    same = len(kept) == len(value) and all(kept[k] is v for k, v in value.items())
-    return value if same else kept
+            kept = dict(value) if kept is None else kept
+            del kept[key]
+            continue
+        new = _walk(item, field.type, at, unknown, touched[key] if partial else _ALL)
+        if new is not item:
+            kept = dict(value) if kept is None else kept
+            kept[key] = new
+    return value if kept is None else kept
 
 
 def go_quote(text: str) -> str:

@@ -34,6 +34,8 @@ from shared.kube import (
 )
 from shared.kube_types import Pod, WatchEvent
 
+pytest_plugins = ("sim_fixtures",)
+
 
 def pod(name: str = "", *, labels: dict[str, str] | None = None, node: str | None = None) -> Pod:
     meta: dict[str, Any] = {"name": name} if name else {"generateName": "p-"}
@@ -45,17 +47,6 @@ def pod(name: str = "", *, labels: dict[str, str] | None = None, node: str | Non
     return {"metadata": meta, "spec": spec}  # type: ignore[typeddict-item]
 
 
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[SimApiServer]:
-    async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.05)) as api:
-        yield api
-
-
-@pytest.fixture
-async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield client
-    await client.close()
 
 
 async def collect(

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-needs_kubectl: pytest.MarkDecorator = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+needs_kubectl: pytest.MarkDecorator = pytest.mark.skipif(shutil.which("kubectl") is None,
+                                                         reason="kubectl not installed")
 
 
 async def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None,

@@ -11,7 +11,6 @@ Webhook cases live in test_kube_webhook.py.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -389,19 +388,15 @@ async def test_malformed_bodies_and_patch_types_get_a_status(server: SimApiServe
             assert r.status == 200 and (await r.json())["metadata"]["labels"] == {"a/b": "1"}
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+@needs_kubectl
 async def test_kubectl_get_pods_and_nodes_with_the_kubeconfig(kube: KubeClient, server: SimApiServer,
                                                               tmp_path: Path) -> None:
     await kube.create_pod("default", pod("visible"))
     await kube.create_node({"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready",
                                                                                     "status": "True"}]}})
-    config = server.write_kubeconfig(tmp_path / "kubectl-config")
-    pipe = asyncio.subprocess.PIPE
-    proc = await asyncio.create_subprocess_exec("kubectl", "--kubeconfig", str(config), "get", "pods,nodes",
-                                                stdout=pipe, stderr=pipe)
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    assert "visible" in out.decode() and "Pending" in out.decode() and "Ready" in out.decode()
+    code, out, err = await kubectl(server.write_kubeconfig(tmp_path / "kubectl-config"), "get", "pods,nodes")
+    assert code == 0, err
+    assert "visible" in out and "Pending" in out and "Ready" in out
 
 
 @needs_kubectl

@@ -13,7 +13,7 @@ schema: ``apiVersion``, ``kind``, ``metadata`` and any other field. Pure data; n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Final
 
@@ -29,6 +29,11 @@ class Field:
     type: str
     """``string``, ``[]Container``, ``map[string]Quantity``, ``PodSpec``, ... (see the module doc)."""
     doc: str
+    patch_strategy: str = ""
+    """The ``patchStrategy`` struct tag (``merge``, ``merge,retainKeys``; from ``PATCH_TAGS``): how a
+    strategic merge patch merges this list; "" replaces it."""
+    merge_key: str = ""
+    """The ``patchMergeKey`` struct tag: what identifies an element of a merged list of objects."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -353,8 +358,47 @@ _DESCRIBED = (
     }, required=("metadata", "involvedObject"), kind="Event"),
 )
 
+#: The patch struct tags of k8s.io/api/core/v1 on the described types' fields: (type, field) ->
+#: (patchStrategy, patchMergeKey). ``merge`` without a key merges a list of primitives as a set.
+#: They drive strategic merge patches (``strategic``) and are in the OpenAPI document, as on a real server.
+PATCH_TAGS: Final = MappingProxyType({
+    ("ObjectMeta", "finalizers"): ("merge", ""),
+    ("ObjectMeta", "ownerReferences"): ("merge", "uid"),
+    ("PodSpec", "volumes"): ("merge,retainKeys", "name"),
+    ("PodSpec", "initContainers"): ("merge", "name"),
+    ("PodSpec", "containers"): ("merge", "name"),
+    ("PodSpec", "ephemeralContainers"): ("merge", "name"),
+    ("PodSpec", "imagePullSecrets"): ("merge", "name"),
+    ("PodSpec", "hostAliases"): ("merge", "ip"),
+    ("PodSpec", "schedulingGates"): ("merge", "name"),
+    ("PodSpec", "resourceClaims"): ("merge,retainKeys", "name"),
+    ("PodSpec", "topologySpreadConstraints"): ("merge", "topologyKey"),
+    ("Container", "env"): ("merge", "name"),
+    ("Container", "ports"): ("merge", "containerPort"),
+    ("Container", "volumeMounts"): ("merge", "mountPath"),
+    ("Container", "volumeDevices"): ("merge", "devicePath"),
+    ("PodStatus", "conditions"): ("merge", "type"),
+    ("PodStatus", "podIPs"): ("merge", "ip"),
+    ("PodStatus", "hostIPs"): ("merge", "ip"),
+    ("PodStatus", "resourceClaimStatuses"): ("merge,retainKeys", "name"),
+    ("NodeSpec", "podCIDRs"): ("merge", ""),
+    ("NodeStatus", "conditions"): ("merge", "type"),
+    ("NodeStatus", "addresses"): ("merge", "type"),
+    ("NamespaceStatus", "conditions"): ("merge", "type"),
+})
+
+
+def _tagged(type_: TypeDef) -> TypeDef:
+    short = type_.name.rsplit(".", 1)[1]
+    fields = {}
+    for name, f in type_.fields.items():
+        strategy, key = PATCH_TAGS.get((short, name), ("", ""))
+        fields[name] = replace(f, patch_strategy=strategy, merge_key=key) if strategy else f
+    return replace(type_, fields=MappingProxyType(fields))
+
+
 #: Described types by short name (``PodSpec``); a kind's top-level type is its kind's name.
-TYPES: Final = MappingProxyType({t.name.rsplit(".", 1)[1]: t for t in _DESCRIBED})
+TYPES: Final = MappingProxyType({t.name.rsplit(".", 1)[1]: _tagged(t) for t in _DESCRIBED})
 
 #: Opaque types by short name: (component name, description). Their fields are not checked.
 OPAQUE: Final = MappingProxyType({name.rsplit(".", 1)[1]: (name, doc) for name, doc in (

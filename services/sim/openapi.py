@@ -44,6 +44,7 @@ _JSON_ACCEPTED = frozenset({"*/*", "application/*", "application/json"})
 _INFO = {"title": "Kubernetes", "version": "unversioned"}
 GROUP_ROUTE = ROOT_PATH + "/{group:.+}"
 _GVK = "x-kubernetes-group-version-kind"
+_PATCH_STRATEGY, _PATCH_MERGE_KEY = "x-kubernetes-patch-strategy", "x-kubernetes-patch-merge-key"
 _REF = "#/components/schemas/"
 _STRING = {"type": "string", "uniqueItems": True}
 _PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json")
@@ -336,7 +337,10 @@ def _type_schema(type_: corev1.TypeDef) -> dict[str, Any]:
 def _property(field: corev1.Field) -> dict[str, Any]:
     container, inner = corev1.element(field.type)
     if container == "list":
-        return {"description": field.doc, "type": "array", "items": _value(inner)}
+        tags = {_PATCH_STRATEGY: field.patch_strategy} if field.patch_strategy else {}
+        if field.merge_key:
+            tags[_PATCH_MERGE_KEY] = field.merge_key
+        return {"description": field.doc, "type": "array", "items": _value(inner), **tags}
     if container == "map":
         return {"description": field.doc, "type": "object", "additionalProperties": _value(inner)}
     return {"description": field.doc, **_value(inner, wrap=True)}

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from services.sim import corev1
 from services.sim.errors import PatchError
 
 Json = Any
@@ -53,50 +54,27 @@ class Field:
 Fields = dict[str, Field]
 
 
-def _of(type_name: str) -> Field:
-    return Field(type=type_name)
+def _fields(type_name: str) -> Fields:
+    """The fields of a described core/v1 type that merge otherwise than RFC 7386: lists with a patch
+    strategy, and the fields whose values are described types (walked into)."""
+    described = corev1.TYPES.get(type_name)
+    if described is None:
+        return {}
+    fields: Fields = {}
+    for name, field in described.fields.items():
+        nested = corev1.element(field.type)[1]
+        walked = nested if nested in corev1.TYPES else None
+        if walked is not None or field.patch_strategy:
+            fields[name] = Field(type=walked, merge="merge" in field.patch_strategy.split(","),
+                                 key=field.merge_key or None)
+    return fields
 
 
-def _keyed(key: str, type_name: str | None = None) -> Field:
-    return Field(type=type_name, merge=True, key=key)
-
-
-_SET = Field(merge=True)
-
-#: The fields, per type, that merge otherwise than RFC 7386 (k8s.io/api/core/v1 struct tags). A kind
-#: or field not here merges as RFC 7386 (lists replaced) and still honours the directives.
-#: ``volumes``, ``resourceClaims`` and ``resourceClaimStatuses`` are ``merge,retainKeys``: kubectl
-#: sends ``$retainKeys`` in their elements, which is honoured wherever it appears, as the real server does.
-SCHEMA: dict[str, Fields] = {
-    "Pod": {"metadata": _of("ObjectMeta"), "spec": _of("PodSpec"), "status": _of("PodStatus")},
-    "Node": {"metadata": _of("ObjectMeta"), "spec": _of("NodeSpec"), "status": _of("NodeStatus")},
-    "Namespace": {"metadata": _of("ObjectMeta"), "status": _of("NamespaceStatus")},
-    "ResourceQuota": {"metadata": _of("ObjectMeta")},
-    "Event": {"metadata": _of("ObjectMeta")},
-    "ObjectMeta": {"finalizers": _SET, "ownerReferences": _keyed("uid")},
-    "PodSpec": {
-        "volumes": _keyed("name"),
-        "initContainers": _keyed("name", "Container"),
-        "containers": _keyed("name", "Container"),
-        "ephemeralContainers": _keyed("name", "Container"),
-        "imagePullSecrets": _keyed("name"),
-        "hostAliases": _keyed("ip"),
-        "schedulingGates": _keyed("name"),
-        "resourceClaims": _keyed("name"),
-        "topologySpreadConstraints": _keyed("topologyKey"),
-    },
-    "Container": {
-        "env": _keyed("name"),
-        "ports": _keyed("containerPort"),
-        "volumeMounts": _keyed("mountPath"),
-        "volumeDevices": _keyed("devicePath"),
-    },
-    "PodStatus": {"conditions": _keyed("type"), "podIPs": _keyed("ip"), "hostIPs": _keyed("ip"),
-                  "resourceClaimStatuses": _keyed("name")},
-    "NodeSpec": {"podCIDRs": _SET},
-    "NodeStatus": {"conditions": _keyed("type"), "addresses": _keyed("type")},
-    "NamespaceStatus": {"conditions": _keyed("type")},
-}
+#: Per described type (a kind's top-level type is its kind's name), from ``corev1``'s one table of
+#: types and patch tags. A kind or field not here merges as RFC 7386 (lists replaced) and still
+#: honours the directives; ``$retainKeys`` (sent by kubectl for ``merge,retainKeys`` lists) is
+#: honoured wherever it appears, as the real server does.
+SCHEMA: dict[str, Fields] = {name: _fields(name) for name in corev1.TYPES}
 _NO_FIELDS: Fields = {}
 
 

@@ -182,6 +182,24 @@ def test_a_described_type_has_exactly_the_real_v1_33_fields(short: str, real: di
         assert field.type == real_type(actual["properties"][name]), name
 
 
+@pytest.mark.parametrize("short", sorted(corev1.TYPES))
+def test_a_described_types_patch_tags_are_the_real_ones(short: str, real: dict[str, Any]) -> None:
+    """What strategic merge patches merge by key (``corev1.PATCH_TAGS``), against the real schema."""
+    described = corev1.TYPES[short]
+    for name, prop in real[described.name]["properties"].items():
+        field = described.fields[name]
+        assert (field.patch_strategy, field.merge_key) == (
+            prop.get("x-kubernetes-patch-strategy", ""), prop.get("x-kubernetes-patch-merge-key", "")), name
+
+
+def test_the_document_carries_the_patch_tags_as_the_real_one_does() -> None:
+    schemas = orjson.loads(build().groups["api/v1"].body)["components"]["schemas"]
+    env = schemas["io.k8s.api.core.v1.Container"]["properties"]["env"]
+    assert (env["x-kubernetes-patch-strategy"], env["x-kubernetes-patch-merge-key"]) == ("merge", "name")
+    tolerations = schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["tolerations"]
+    assert "x-kubernetes-patch-strategy" not in tolerations  # atomic: replaced whole
+
+
 def test_every_opaque_type_is_a_real_one_and_every_field_type_is_known(real: dict[str, Any]) -> None:
     assert {name for name, _ in corev1.OPAQUE.values()} <= set(real)
     for described in corev1.TYPES.values():

@@ -7,7 +7,10 @@ namespace, operation, userInfo, object, oldObject, dryRun, options}}`` to every 
 before calling the next. ``allowed: false`` refuses the create with the webhook's status; a call
 that fails (transport, timeout, non-200, malformed review, wrong uid, bad patch) refuses it with
 500 under ``failurePolicy: Fail`` and is skipped under ``Ignore``. One keep-alive HTTPS session
-per webhook; the server's certificate must chain to the configured ``caBundle``.
+per webhook; the server's certificate must chain to the configured ``caBundle``. A dry run
+(``dryRun=All``) calls them with ``dryRun: true``, and only those whose ``sideEffects`` is ``None``
+or ``NoneOnDryRun``: one that matches and may have side effects refuses the dry run with the real
+400 ``admission webhook "x" does not support dry run``, whatever its failure policy.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ _USER = {"username": "system:admin", "uid": "sim-admin", "groups": ["system:mast
 _POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
 _POD_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
 
+SideEffects = Literal["None", "NoneOnDryRun", "Some", "Unknown"]
+#: The side-effect classes a dry run may call: the webhook promised to change nothing else when told so.
+_DRY_RUN_SAFE: frozenset[SideEffects] = frozenset({"None", "NoneOnDryRun"})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WebhookConfig:
@@ -55,6 +62,10 @@ class WebhookConfig:
     """timeoutSeconds (1-30 on a real server)."""
     namespace_selector: Obj = field(default_factory=lambda: dict(HAMI_NAMESPACE_SELECTOR))
     object_selector: Obj = field(default_factory=dict)
+    side_effects: SideEffects = "None"
+    """sideEffects. ``admissionregistration.k8s.io/v1`` requires ``None`` or ``NoneOnDryRun`` (what
+    gpubus's and HAMi's charts declare: None); ``Some`` and ``Unknown`` survive only from v1beta1
+    configurations, and a real server refuses a dry run that would call such a webhook."""
 
     @classmethod
     def from_k8s(cls, webhook: Obj, *, url: str | None = None) -> WebhookConfig:
@@ -69,6 +80,8 @@ class WebhookConfig:
             timeout_s=float(webhook.get("timeoutSeconds", 10)),
             namespace_selector=webhook.get("namespaceSelector") or {},
             object_selector=webhook.get("objectSelector") or {},
+            # absent only in a v1beta1 entry, whose default was Unknown: never called on a dry run
+            side_effects=webhook.get("sideEffects", "Unknown"),
         )
 
 
@@ -76,7 +89,10 @@ class WebhookCallError(Exception):
     """A webhook call did not produce a usable AdmissionReview response."""
 
 
-def review_request(obj: Obj, namespace: str) -> Obj:
+def review_request(obj: Obj, namespace: str, *, dry_run: bool = False) -> Obj:
+    options: Obj = {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+    if dry_run:
+        options["dryRun"] = ["All"]
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -92,10 +108,17 @@ def review_request(obj: Obj, namespace: str) -> Obj:
             "userInfo": _USER,
             "object": obj,
             "oldObject": None,
-            "dryRun": False,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            "dryRun": dry_run,
+            "options": options,
         },
     }
+
+
+def check_dry_run(webhook: WebhookConfig) -> None:
+    """A dry run may call only a webhook without side effects (the real dispatcher's check: a 400,
+    not a call failure, so ``failurePolicy: Ignore`` does not skip it)."""
+    if webhook.side_effects not in _DRY_RUN_SAFE:
+        raise ApiError.bad_request(f'admission webhook "{webhook.name}" does not support dry run')
 
 
 def apply_review_response(obj: Obj, review: Obj, request_uid: str, webhook: str) -> Obj:
@@ -154,18 +177,21 @@ class AdmissionChain:
             self._sessions[webhook.name] = session
         return session
 
-    async def admit(self, obj: Obj, namespace: str, namespace_labels: dict[str, str]) -> Obj:
+    async def admit(self, obj: Obj, namespace: str, namespace_labels: dict[str, str], *,
+                    dry_run: bool = False) -> Obj:
         for webhook in self._webhooks:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             if not structured_selector_matches(webhook.namespace_selector, namespace_labels):
                 continue
             if not structured_selector_matches(webhook.object_selector, labels):
                 continue
-            obj = await self._call(webhook, obj, namespace)
+            if dry_run:
+                check_dry_run(webhook)
+            obj = await self._call(webhook, obj, namespace, dry_run)
         return obj
 
-    async def _call(self, webhook: WebhookConfig, obj: Obj, namespace: str) -> Obj:
-        review = review_request(obj, namespace)
+    async def _call(self, webhook: WebhookConfig, obj: Obj, namespace: str, dry_run: bool) -> Obj:
+        review = review_request(obj, namespace, dry_run=dry_run)
         try:
             answer = await self._post(webhook, review)
             return apply_review_response(obj, answer, review["request"]["uid"], webhook.name)

@@ -16,6 +16,10 @@ as its etcd lease does), and past ``event_limit`` live events the least recently
 each expiry is a DELETED change like any delete. Live events are kept in last-write order, so both
 rules only ever look at the front of that order: a write or read costs O(1) amortised, never a scan.
 
+A write with ``dry_run`` (the real ``DryRunnableStorage``) makes the same checks — the name is free,
+the resourceVersion matches, the object exists — and answers what it would have stored (``dryrun``),
+but changes nothing: no object, no resourceVersion taken, no history, no watch event.
+
 No HTTP here: the server layer parses requests and renders responses.
 """
 
@@ -31,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from services.sim import dryrun
 from services.sim.errors import ApiError
 from services.sim.selectors import Matcher, field_value, parse_field_selector, parse_label_selector
 
@@ -202,24 +207,28 @@ class Store:
             self._track_event(kind, key)
         return obj
 
-    def create(self, resource: str, obj: Obj) -> Obj:
+    def create(self, resource: str, obj: Obj, *, dry_run: bool = False) -> Obj:
         meta = obj["metadata"]
         if (meta.get("namespace", ""), meta["name"]) in self._objects[resource]:
             raise ApiError.already_exists(resource, meta["name"])
+        if dry_run:
+            return dryrun.created(obj)
         return self._commit(resource, "ADDED", obj, None)
 
-    def update(self, resource: str, obj: Obj, *, expect_rv: str | None = None) -> Obj:
+    def update(self, resource: str, obj: Obj, *, expect_rv: str | None = None, dry_run: bool = False) -> Obj:
         """Store a new version; ``expect_rv`` (from the request) must match or it is a 409."""
         meta = obj["metadata"]
         old = self.get(resource, meta.get("namespace", ""), meta["name"])
         if expect_rv and expect_rv != old["metadata"]["resourceVersion"]:
             raise ApiError.conflict(resource, meta["name"], "the object has been modified; please apply "
                                     "your changes to the latest version and try again")
+        if dry_run:
+            return dryrun.updated(obj, old)
         return self._commit(resource, "MODIFIED", obj, old)
 
-    def delete(self, resource: str, namespace: str, name: str) -> Obj:
+    def delete(self, resource: str, namespace: str, name: str, *, dry_run: bool = False) -> Obj:
         old = self.get(resource, namespace, name)
-        return self._commit(resource, "DELETED", old, old)
+        return old if dry_run else self._commit(resource, "DELETED", old, old)
 
     # event expiry ------------------------------------------------------------
 

@@ -43,3 +43,17 @@ def test_status_patches_follow_the_kubelet() -> None:
     assert done["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
     failed = failed_status("Allocate failed due to no allocation decided for this node")["status"]
     assert failed["phase"] == "Failed" and failed["reason"] == ADMISSION_FAILED == "UnexpectedAdmissionError"
+
+
+def test_finished_init_containers_and_ended_containers_keep_their_ids_for_kubectl_logs() -> None:
+    view = sim_pod({"metadata": {"namespace": "n", "name": "p", "uid": "u"},
+                    "spec": {"initContainers": [{"name": "warmup"}], "containers": [{"name": "a"}]}},
+                   "nvidia.com/gpu")
+    running = running_status(view, "10.0.0.1")["status"]
+    (warmup,) = running["initContainerStatuses"]
+    assert warmup["name"] == "warmup" and warmup["state"]["terminated"]["containerID"] == "sim://u/warmup"
+    assert [c["name"] for c in running["containerStatuses"]] == ["a"]
+    (done,) = succeeded_status(view)["status"]["containerStatuses"]
+    assert done["containerID"] == done["state"]["terminated"]["containerID"] == "sim://u/a"
+    plain = sim_pod({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}]}}, "nvidia.com/gpu")
+    assert "initContainerStatuses" not in running_status(plain, "10.0.0.1")["status"]

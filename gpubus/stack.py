@@ -35,6 +35,7 @@ from gpubus.natsserver import (
     port_is_free,
 )
 from gpubus.stack_datadir import SUBDIRS, DataDirLock, make_dirs
+from gpubus.stack_scratch import pod_log_dir
 from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
 
 log = logging.getLogger(__name__)
@@ -224,6 +225,8 @@ class Stack:
         self.lock = DataDirLock(self.data_dir)
         self._nats_starting: asyncio.Task[None] | None = None
         """The thread starting NATS: cancelling ``start`` cannot stop it, so ``stop`` waits for it."""
+        self._pod_logs_made = False
+        """This stack made (so owns) ``pod_logs``; a stack refused the data dir must not remove them."""
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -234,6 +237,12 @@ class Stack:
     def admissions_log(self) -> Path:
         """JSON lines: what each simulated kubelet got from Allocate (for checks)."""
         return self.data_dir / "admissions.jsonl"
+
+    @property
+    def pod_logs(self) -> Path:
+        """The simulated kubelets' container logs (a node's ``/var/log/pods``), read by ``kubectl logs``:
+        in memory (``pod_log_dir``), made empty at start and removed at stop, as the pods are."""
+        return pod_log_dir(self.data_dir)
 
     @property
     def nats_url(self) -> str:
@@ -258,6 +267,7 @@ class Stack:
                 else "(/filter /prioritize /bind /metrics)"),
             "monitor metrics": f"http://127.0.0.1:{p.monitor}/metrics",
             "logs": str(self.data_dir / "logs"),
+            "pod logs": f"{self.pod_logs}  (kubectl logs)",
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -274,6 +284,10 @@ class Stack:
                 shutil.rmtree(self.data_dir / "nats", ignore_errors=True)
             make_dirs(self.data_dir, SUBDIRS)
             self.admissions_log.unlink(missing_ok=True)
+            # the API server starts empty: every pod of an earlier (killed) run, and so every log, is gone
+            shutil.rmtree(self.pod_logs, ignore_errors=True)
+            self.pod_logs.mkdir(parents=True)
+            self._pod_logs_made = True
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:
                 self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port)
@@ -306,6 +320,9 @@ class Stack:
             self._nats_starting = None
         if self.nats is not None:
             await asyncio.to_thread(self.nats.stop)
+        if self._pod_logs_made:
+            shutil.rmtree(self.pod_logs, ignore_errors=True)
+            self._pod_logs_made = False
         self.lock.release()
 
     async def watch(self) -> tuple[str, int]:
@@ -357,8 +374,8 @@ class Stack:
         control = Child("control", self._gpubus(
             "sim-control", "--port", str(p.apiserver), "--kubeconfig", str(self.kubeconfig),
             "--webhook-url", f"https://127.0.0.1:{p.webhook}/mutate", "--webhook-ca", str(self.tls.ca_cert),
-            "--ready-file", str(run / "control.ready"), "--log-level", s.log_level,
-            *extra.get("control", ())),
+            "--pod-log-dir", str(self.pod_logs), "--ready-file", str(run / "control.ready"),
+            "--log-level", s.log_level, *extra.get("control", ())),
             logs / "control.log", _file_probe(run / "control.ready"), run / "control.ready")
         kube_scheduler = Child("kube-scheduler", self._gpubus(
             "sim-kube-scheduler", "--kubeconfig", str(self.kubeconfig),
@@ -382,7 +399,8 @@ class Stack:
             "sim-nodes", "--nodes", str(s.nodes), "--devices", s.devices, "--prefix", s.node_prefix,
             "--split-count", str(s.split_count), "--pod-duration", s.pod_duration,
             "--kubeconfig", str(self.kubeconfig), "--nats", nats, "--metrics-port", str(p.monitor),
-            "--admissions-log", str(self.admissions_log), "--ready-file", str(run / "nodes.ready"),
+            "--admissions-log", str(self.admissions_log), "--pod-log-dir", str(self.pod_logs),
+            "--ready-file", str(run / "nodes.ready"),
             "--log-level", s.log_level, *extra.get("nodes", ())),
             logs / "nodes.log", _file_probe(run / "nodes.ready"), run / "nodes.ready", env=NODES_ENV)
         return {c.name: c for c in (control, kube_scheduler, webhook, scheduler, nodes)}

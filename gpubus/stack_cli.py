@@ -240,6 +240,7 @@ def snapshot(
 # -- the stack's own processes -------------------------------------------------------------------
 
 _NORMAL_EVENTS_HELP = "Record Normal events (Scheduled, Started); off: Warnings only (bench/e2e.py)."
+_POD_LOG_DIR_HELP = "The kubelets' container logs (/var/log/pods layout), which `kubectl logs` reads."
 
 
 def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
@@ -248,6 +249,7 @@ def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
     webhook_url: Annotated[str, Opt()],
     webhook_ca: Annotated[Path, Opt()],
     ready_file: Annotated[Path | None, Opt()] = None,
+    pod_log_dir: Annotated[Path | None, Opt(help=_POD_LOG_DIR_HELP)] = None,
     log_level: Annotated[str, Opt()] = "info",
     profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
 ) -> None:
@@ -256,7 +258,7 @@ def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
 
     setup_logging(log_level)
     spec = ControlSpec(port=port, kubeconfig=kubeconfig, webhook_url=webhook_url, webhook_ca=webhook_ca,
-                       ready_file=ready_file)
+                       ready_file=ready_file, pod_log_dir=pod_log_dir)
     _run_uvloop(run_control(spec), profile)
 
 
@@ -290,6 +292,7 @@ def sim_nodes(  # noqa: PLR0917
     heartbeat: Annotated[float, Opt()] = 10.0,
     monitor_interval: Annotated[float, Opt()] = 5.0,
     admissions_log: Annotated[Path | None, Opt()] = None,
+    pod_log_dir: Annotated[Path | None, Opt(help=_POD_LOG_DIR_HELP)] = None,
     normal_events: Annotated[bool, Opt(help=_NORMAL_EVENTS_HELP)] = True,
     ready_file: Annotated[Path | None, Opt()] = None,
     log_level: Annotated[str, Opt()] = "info",
@@ -302,7 +305,8 @@ def sim_nodes(  # noqa: PLR0917
     spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
                      split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
                      heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
-                     monitor_interval_s=monitor_interval, normal_events=normal_events)
+                     monitor_interval_s=monitor_interval, normal_events=normal_events,
+                     pod_log_dir=pod_log_dir)
     _run_uvloop(run_nodes(spec), profile)
 
 

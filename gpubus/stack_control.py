@@ -42,6 +42,8 @@ class ControlSpec:
     webhook_url: str
     webhook_ca: Path
     ready_file: Path | None = None
+    pod_log_dir: Path | None = None
+    """The simulated kubelets' pod log directory, which ``kubectl logs`` reads (shared with the nodes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +81,7 @@ async def run_control(spec: ControlSpec) -> None:
     stop_on_signals(stop)
     webhook = WebhookConfig(name="vgpu.hami.io", url=spec.webhook_url, ca_bundle=spec.webhook_ca.read_bytes(),
                             failure_policy="Fail", timeout_s=10.0)
-    api = SimApiServer(host="127.0.0.1", port=spec.port, webhooks=[webhook])
+    api = SimApiServer(host="127.0.0.1", port=spec.port, webhooks=[webhook], log_dir=spec.pod_log_dir)
     await api.start()
     try:
         api.write_kubeconfig(spec.kubeconfig)

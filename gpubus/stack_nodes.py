@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine
@@ -24,11 +23,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpubus.stack_control import stop_on_signals, write_ready
+from gpubus.stack_scratch import host_scratch_root
 from services.monitor.app import MonitorApp
 from services.monitor.settings import MonitorSettings
 from services.node_agent.app import NodeAgent
 from services.node_agent.settings import NodeAgentSettings
-from services.node_agent.simulated import SimulatedSource
+from services.node_agent.simulated import SimulatedSource, build_devices
 from services.sim.events import RecorderSettings
 from services.sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
 from shared.bus import Bus, BusSettings
@@ -54,19 +54,8 @@ class NodesSpec:
     monitor_interval_s: float = 5.0
     normal_events: bool = True
     """The kubelets record Started events (Warnings always)."""
-
-
-def host_scratch_root(candidates: tuple[str, ...] = ("/dev/shm", "/tmp")) -> str:
-    """Where the simulated hosts' files go: their plugin and pod-resources sockets and HAMi-core's
-    per-container cache directories (one made at Allocate and removed at release, per pod).
-
-    Memory first (``/dev/shm``), then ``/tmp``: scratch that dies with the process needs no disk,
-    and a directory made and removed on a journalled disk cost ~85 us each way here against ~2 us in
-    memory. Both are short paths, which unix socket addresses need (108 bytes at most)."""
-    for root in candidates:
-        if os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
-            return root
-    return tempfile.gettempdir()
+    pod_log_dir: Path | None = None
+    """Where the kubelets keep container logs (shared with the API server, which serves them)."""
 
 
 def _has_devices(sim: SimNode) -> Callable[[], bool]:
@@ -122,9 +111,11 @@ class SimCluster:
         duration = parse_duration(self.spec.pod_duration, 60.0)
         for i, node in enumerate(self.names):
             d = self.sockets / node
+            gpu_names = {str(gpu.uuid): gpu.name for gpu in build_devices(node, self.spec.devices)}
             settings = SimNodeSettings(node=node, plugin_dir=d / "dp", pod_resources_socket=d / "pr.sock",
                                        default_duration_s=duration, host_ip=f"10.0.{i // 250}.{i % 250 + 1}",
-                                       events=RecorderSettings(normal=self.spec.normal_events))
+                                       events=RecorderSettings(normal=self.spec.normal_events),
+                                       log_dir=self.spec.pod_log_dir, gpu_names=gpu_names)
             sim = SimNode(settings, self.kube, on_admitted=self._record, on_fatal=self._on_fatal)
             await sim.start()
             self.sims[node] = sim

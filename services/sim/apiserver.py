@@ -1,7 +1,8 @@
 """The Kubernetes API server stand-in: real REST paths over aiohttp, for tests, demos and benchmarks.
 
 Serves what gpubus and its simulated cluster use — pods (with the ``binding`` and ``status``
-subresources), nodes (with ``status``), namespaces, resourcequotas, events, list/watch with field and
+subresources, and ``log`` from the simulated kubelets' files: ``pod_log_http.py``), nodes (with
+``status``), namespaces, resourcequotas, events, list/watch with field and
 label selectors, resourceVersion conflicts and 410, merge, strategic merge and JSON patches, the
 pod update rules (``pod_update.py``), a mutating webhook chain
 on pod CREATE — plus enough discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``),
@@ -36,7 +37,9 @@ from services.sim import openapi
 from services.sim.admission import AdmissionChain, WebhookConfig
 from services.sim.errors import ApiError
 from services.sim.handlers import KINDS, NAMESPACED, ResourceHandlers, WatchSettings, json_response
+from services.sim.log_files import PodLogFiles
 from services.sim.objects import finish_create
+from services.sim.pod_log_http import PodLogHandler
 from services.sim.store import Store
 
 log = logging.getLogger(__name__)
@@ -60,8 +63,9 @@ def _discovery_v1() -> dict[str, Any]:
         if resource in _CATEGORY_ALL:
             entry["categories"] = ["all"]  # what `kubectl get all` lists
         resources.append(entry)
-    for sub, kind, verbs in (("pods/binding", "Binding", ["create"]), ("pods/status", "Pod", ["get", "patch",
-                             "update"]), ("nodes/status", "Node", ["get", "patch", "update"])):
+    for sub, kind, verbs in (("pods/binding", "Binding", ["create"]), ("pods/log", "Pod", ["get"]),
+                             ("pods/status", "Pod", ["get", "patch", "update"]),
+                             ("nodes/status", "Node", ["get", "patch", "update"])):
         resources.append({"name": sub, "singularName": "", "namespaced": sub.startswith("pods"), "kind": kind,
                           "verbs": verbs})
     resources.append({"name": "bindings", "singularName": "binding", "namespaced": True, "kind": "Binding",
@@ -107,13 +111,18 @@ class SimApiServer:
         namespaces: tuple[str, ...] = DEFAULT_NAMESPACES,
         history_limit: int = 20_000,
         watch: WatchSettings | None = None,
+        log_dir: Path | None = None,
     ) -> None:
+        """``log_dir``: the simulated kubelets' pod log directory (``/var/log/pods``), which ``pods/log``
+        reads; without one it answers 404."""
         self.host, self.port = host, port
         self.store = Store(history_limit=history_limit)
         self.admission = AdmissionChain(webhooks)
         self.handlers = ResourceHandlers(self.store, self.admission, watch or WatchSettings())
+        self.pod_logs = PodLogHandler(self.store, PodLogFiles(log_dir) if log_dir is not None else None)
         self._runner: web.AppRunner | None = None
-        self.openapi = openapi.build(KINDS, NAMESPACED, status=STATUS_SUBRESOURCES, binding="pods" in KINDS)
+        self.openapi = openapi.build(KINDS, NAMESPACED, status=STATUS_SUBRESOURCES, binding="pods" in KINDS,
+                                     log="pods" in KINDS)
         for name in namespaces:
             self.store.create("namespaces", _namespace(name))
 
@@ -223,6 +232,7 @@ def add_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiSer
 
     ns_item = "/api/v1/namespaces/{ns}/pods/{name}"
     router.add_post(ns_item + "/binding", h.route(h.bind, "pods"))
+    router.add_get(ns_item + "/log", server.pod_logs.serve)
     router.add_post("/api/v1/namespaces/{ns}/bindings", h.route(h.bind, "pods"))
     for resource in STATUS_SUBRESOURCES:
         base = ns_item if resource in NAMESPACED else f"/api/v1/{resource}/{{name}}"

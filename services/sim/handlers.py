@@ -6,7 +6,8 @@ trust the store), calls the store and the pure object rules, and renders JSON; e
 newline-delimited events from a store ``Watcher`` with bookmarks and the server-side timeout; the
 events that arrive within ``WatchSettings.coalesce_s`` of the first go out in one chunk.
 Strategic-merge patches merge lists by their merge key and honour the directives (``strategic``); an
-update of a pod's spec is held to the real server's rules (``pod_update``).
+update of a pod's spec is held to the real server's rules (``pod_update``). A write with
+``dryRun=All`` runs all of that and the store answers what it would have stored (``dryrun``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from services.sim import field_validation, objects, pod_update, shapes
+from services.sim import dryrun, field_validation, objects, pod_update, shapes
 from services.sim.admission import AdmissionChain
 from services.sim.errors import ApiError, PatchError
 from services.sim.field_validation import Directive
@@ -146,6 +147,7 @@ class ResourceHandlers:
 
     async def create(self, request: web.Request, resource: str) -> web.StreamResponse:
         namespace, kind = self._ns(request, resource), KINDS[resource]
+        dry_run = _dry_run(request, "CreateOptions")
         validation = field_validation.directive(request.query.get("fieldValidation"), "CreateOptions")
         decoded = field_validation.decoded(kind, read_object(await read_json(request), kind), validation)
         obj = decoded.obj
@@ -153,7 +155,7 @@ class ResourceHandlers:
         _place(obj["metadata"], resource, namespace)
         generated = not obj["metadata"].get("name")
         if resource == "pods":
-            obj = await self._admit_pod(obj, namespace)
+            obj = await self._admit_pod(obj, namespace, dry_run)
         else:
             if resource in NAMESPACED:
                 self._namespace(namespace)
@@ -163,7 +165,8 @@ class ResourceHandlers:
                 obj = _namespace_defaults(obj)
         if generated:
             self._avoid_name_collision(resource, obj)
-        return _warn(json_response(self.store.create(resource, obj), status=201), decoded.warnings)
+        created = self.store.create(resource, obj, dry_run=dry_run)
+        return _warn(json_response(created, status=201), decoded.warnings)
 
     def _avoid_name_collision(self, resource: str, obj: Obj) -> None:
         """A generated name that is taken is generated again, up to 7 tries in all, as the API server
@@ -174,12 +177,12 @@ class ResourceHandlers:
                 return
             meta["name"] = objects.generate_name(meta["generateName"])
 
-    async def _admit_pod(self, pod: Obj, namespace: str) -> Obj:
+    async def _admit_pod(self, pod: Obj, namespace: str, dry_run: bool) -> Obj:
         ns_obj = self._namespace(namespace)
         pod = objects.default_pod(pod, namespace)
         ns_labels = ns_obj["metadata"].get("labels") or {}
         shapes.check_write("pods", "Pod", pod, None)  # the decoder's 400 comes before any webhook
-        admitted = await self.admission.admit(pod, namespace, ns_labels)
+        admitted = await self.admission.admit(pod, namespace, ns_labels, dry_run=dry_run)
         if admitted is not pod:  # a webhook's JSON patch is input too, and can nest deeper than the body
             shapes.check_depth(read_object(admitted, "Pod"))
             shapes.check_write("pods", "Pod", admitted, None)
@@ -227,8 +230,9 @@ class ResourceHandlers:
         namespace, name = self._ns(request, resource), request.match_info["name"]
         if patch:
             _check_patch_type(request.content_type)
-        validation = field_validation.directive(request.query.get("fieldValidation"),
-                                                "PatchOptions" if patch else "UpdateOptions")
+        options_kind = "PatchOptions" if patch else "UpdateOptions"
+        dry_run = _dry_run(request, options_kind)
+        validation = field_validation.directive(request.query.get("fieldValidation"), options_kind)
         body = await read_json(request)
         old = self.store.get(resource, namespace, name)
         if patch:
@@ -247,30 +251,34 @@ class ResourceHandlers:
         shapes.check_write(resource, KINDS[resource], new, old)
         if resource == "pods" and not status_only:
             new = pod_update.checked_update(new, old)
-        return _warn(json_response(self.store.update(resource, new, expect_rv=expect_rv)), decoded.warnings)
+        stored = self.store.update(resource, new, expect_rv=expect_rv, dry_run=dry_run)
+        return _warn(json_response(stored), decoded.warnings)
 
     async def delete(self, request: web.Request, resource: str) -> web.StreamResponse:
         namespace, name = self._ns(request, resource), request.match_info["name"]
         options = await _optional_json(request)
+        dry_run = dryrun.from_delete_options(options, request.query.getall(dryrun.QUERY, []))
         # No await from here to the delete: the preconditions hold for the object it removes.
         old = self.store.get(resource, namespace, name)
         _check_preconditions(resource, options, old)
-        if resource == "namespaces":
+        if resource == "namespaces" and not dry_run:
             for inner in ("pods", "resourcequotas", "events"):
                 for obj in list(self.store.items(inner, name)):
                     self.store.delete(inner, name, obj["metadata"]["name"])
-        return json_response(self.store.delete(resource, namespace, name))
+        return json_response(self.store.delete(resource, namespace, name, dry_run=dry_run))
 
     async def delete_collection(self, request: web.Request, resource: str) -> web.StreamResponse:
         q = request.query
+        dry_run = dryrun.from_delete_options(await _optional_json(request), q.getall(dryrun.QUERY, []))
         items, _ = self.store.list(resource, request.match_info.get("ns"), q.get("fieldSelector"),
                                    q.get("labelSelector"))
-        deleted = [self.store.delete(resource, o["metadata"].get("namespace", ""), o["metadata"]["name"])
-                   for o in items]
+        deleted = [self.store.delete(resource, o["metadata"].get("namespace", ""), o["metadata"]["name"],
+                                     dry_run=dry_run) for o in items]
         return json_response({"kind": f"{KINDS[resource]}List", "apiVersion": "v1",
                               "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
 
     async def bind(self, request: web.Request, resource: str) -> web.StreamResponse:
+        dry_run = _dry_run(request, "CreateOptions")
         validation = field_validation.directive(request.query.get("fieldValidation"), "CreateOptions")
         binding = shapes.check_binding(await read_json(request))
         warnings = field_validation.decoded("Binding", binding, validation).warnings
@@ -283,7 +291,7 @@ class ResourceHandlers:
             raise ApiError.bad_request("the namespace of the provided object does not match the namespace "
                                        "sent on the request")
         pod = self.store.get("pods", namespace, name)
-        self.store.update("pods", objects.bind(pod, binding))
+        self.store.update("pods", objects.bind(pod, binding), dry_run=dry_run)
         return _warn(web.Response(body=_SUCCESS_201, status=201, content_type="application/json"), warnings)
 
     def _quota_with_status(self, quota: Obj) -> Obj:
@@ -333,6 +341,12 @@ class ResourceHandlers:
         finally:
             self.store.unwatch(watcher)
         return response
+
+
+def _dry_run(request: web.Request, options_kind: str) -> bool:
+    """The ``dryRun`` query parameter of a POST, PUT or PATCH (read, as the real server reads its
+    options, before the body)."""
+    return dryrun.requested(request.query.getall(dryrun.QUERY, []), options_kind)
 
 
 def _watch_timeout_s(text: str | None, settings: WatchSettings) -> float:

@@ -9,7 +9,10 @@ annotation (or the default) expires, freeing its devices; pods found Running whe
 restarted simulator) are finished on the same schedule. A pod whose Allocate fails becomes
 Failed with reason ``UnexpectedAdmissionError``, as the kubelet does. It records the kubelet's
 events, from ``kubelet`` on its node: ``UnexpectedAdmissionError`` (Warning) with the admission
-error, and ``Started`` (Normal) "Started container NAME" for each container it starts.
+error, and ``Started`` (Normal) "Started container NAME" for each container it starts. With a pod log
+directory it keeps each container's log as the kubelet does (``log_files``): what the container
+printed at its start, built from what Allocate answered (``pod_logs.start_lines``), and its exit line
+when it ends; a deleted pod's logs go with it.
 
 It talks to the API server through the ``SimNodeKube`` port and to the device plugin over gRPC;
 it knows nothing about gpubus's services, the bus or the scheduler.
@@ -23,13 +26,15 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from services.sim import pod_logs
 from services.sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference
 from services.sim.kubelet import AdmissionError, ContainerAllocation, SimContainer, SimKubelet, SimPod
+from services.sim.log_files import PodLogFiles
 from shared.errors import GpubusError
 from shared.kube import Conflict, KubeApi, NotFound, list_and_watch_pods
 from shared.kube_types import Container, Node, Pod
@@ -69,6 +74,10 @@ class SimNodeSettings:
     labels: dict[str, str] = field(default_factory=dict)
     host_ip: str = "10.0.0.1"
     events: RecorderSettings = field(default_factory=RecorderSettings)
+    log_dir: Path | None = None
+    """The pod log directory (a node's ``/var/log/pods``); None: no container logs are kept."""
+    gpu_names: Mapping[str, str] = field(default_factory=dict)
+    """GPU UUID -> model name, as ``nvidia-smi -L`` inside a container names the GPUs it sees."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,15 +152,25 @@ def running_status(pod: SimPod, host_ip: str) -> dict[str, Any]:
                  "imageID": "", "containerID": f"sim://{pod.uid}/{c.name}",
                  "state": {"running": {"startedAt": now}}}
                 for c in pod.containers if not c.init]
-    return {"status": {"phase": "Running", "conditions": _conditions(True, now), "hostIP": host_ip,
-                       "podIP": host_ip, "startTime": now, "containerStatuses": statuses}}
+    status = {"phase": "Running", "conditions": _conditions(True, now), "hostIP": host_ip,
+              "podIP": host_ip, "startTime": now, "containerStatuses": statuses}
+    inits = [{"name": c.name, "ready": True, "started": False, "restartCount": 0, "image": "sim",
+              "imageID": "", "containerID": f"sim://{pod.uid}/{c.name}",
+              "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now,
+                                       "finishedAt": now, "containerID": f"sim://{pod.uid}/{c.name}"}}}
+             for c in pod.containers if c.init]
+    if inits:  # they ran to completion before the others started
+        status["initContainerStatuses"] = inits
+    return {"status": status}
 
 
 def succeeded_status(pod: SimPod) -> dict[str, Any]:
     now = _now()
-    terminated = {"exitCode": 0, "reason": "Completed", "finishedAt": now}
     statuses = [{"name": c.name, "ready": False, "started": False, "restartCount": 0, "image": "sim",
-                 "imageID": "", "state": {"terminated": terminated}} for c in pod.containers if not c.init]
+                 "imageID": "", "containerID": f"sim://{pod.uid}/{c.name}",
+                 "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
+                                          "containerID": f"sim://{pod.uid}/{c.name}"}}}
+                for c in pod.containers if not c.init]
     return {"status": {"phase": "Succeeded", "conditions": _conditions(False, now),
                        "containerStatuses": statuses}}
 
@@ -172,6 +191,7 @@ class SimNode:
         self.kube = kube
         self.kubelet = SimKubelet(settings.plugin_dir, settings.pod_resources_socket)
         self.events = EventRecorder(kube, {"component": "kubelet", "host": settings.node}, settings.events)
+        self.logs = PodLogFiles(settings.log_dir) if settings.log_dir is not None else None
         self._on_admitted = on_admitted
         self._on_fatal = on_fatal
         self._pods: dict[str, asyncio.Task[None]] = {}
@@ -267,6 +287,8 @@ class SimNode:
             phase = (pod.get("status") or {}).get("phase", "Pending")
             if event["type"] == "DELETED" or phase in ("Succeeded", "Failed"):
                 self._forget(uid)
+            if event["type"] == "DELETED" and self.logs is not None:
+                self._remove_logs(pod)
             elif uid not in self._pods and phase in ("Pending", "Running"):
                 run = self._run_pod(pod) if phase == "Pending" else self._resume_pod(pod)
                 self._pods[uid] = asyncio.create_task(run, name=f"sim-pod/{self.node}/{uid}")
@@ -294,11 +316,13 @@ class SimNode:
             self._on_admitted(Admitted(node=self.node, namespace=simpod.namespace, name=simpod.name,
                                        uid=simpod.uid, containers=allocations))
         self._record_started(pod, simpod)
+        self._log_started(simpod, allocations)
         await self._patch(simpod, running_status(simpod, self.settings.host_ip))
         duration = parse_duration(annotations.get(DURATION_ANNOTATION), self.settings.default_duration_s)
         if duration is None:
             return
         await asyncio.sleep(duration)
+        self._log_exited(simpod)
         await self._patch(simpod, succeeded_status(simpod))
         self.kubelet.remove(simpod.uid)
 
@@ -317,7 +341,40 @@ class SimNode:
             return
         started = _parse_time((pod.get("status") or {}).get("startTime"))
         await asyncio.sleep(max(0.0, started + duration - time.time()))
+        self._log_exited(simpod)
         await self._patch(simpod, succeeded_status(simpod))
+
+    # -- container logs ----------------------------------------------------------------------------
+    def _log_started(self, pod: SimPod, allocations: Mapping[str, ContainerAllocation]) -> None:
+        """What each container printed as it started; init containers have finished by then."""
+        if self.logs is None:
+            return
+        now = time.time_ns()
+        for c in pod.containers:
+            got = allocations.get(c.name)
+            lines = pod_logs.start_lines(node=self.node, namespace=pod.namespace, pod=pod.name,
+                                         container=c.name, envs=got.envs if got else {},
+                                         mounts=got.mounts if got else (), gpu_names=self.settings.gpu_names)
+            if c.init:
+                lines.append(pod_logs.exit_line(c.name))
+            self.logs.write(pod.namespace, pod.name, pod.uid, c.name, lines=lines, time_ns=now)
+
+    def _log_exited(self, pod: SimPod) -> None:
+        """Written before the status says the containers ended: a follower that sees it has the last line."""
+        if self.logs is None:
+            return
+        now = time.time_ns()
+        for c in pod.containers:
+            if not c.init:
+                self.logs.write(pod.namespace, pod.name, pod.uid, c.name, lines=[pod_logs.exit_line(c.name)],
+                                time_ns=now)
+
+    def _remove_logs(self, pod: Pod) -> None:
+        assert self.logs is not None
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        names = [c.get("name", "") for c in containers]
+        self.logs.remove(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), names)
 
     async def _patch(self, pod: SimPod, status: dict[str, Any]) -> None:
         try:

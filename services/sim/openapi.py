@@ -10,8 +10,9 @@ name ``fieldValidation`` — then it leaves validation to the server and sends
 its properties. Paths and operations follow the served kinds (``KINDS``, ``NAMESPACED``) and the
 subresources the routes register, so a new kind gets its paths and at least a generic schema.
 
-Parameters are those the stand-in honours: no ``dryRun`` (it would write), ``limit``/``continue`` or
-``pretty``. PATCH bodies are offered as JSON and merge patches only: offered strategic-merge
+Parameters are those the stand-in honours, ``dryRun`` on every write as on a real server (create,
+update, patch, delete, deletecollection, the status and binding subresources); no ``limit``/``continue``
+or ``pretty``. PATCH bodies are offered as JSON and merge patches only: offered strategic-merge
 patches, kubectl would compute them from these schemas, which stop at the opaque types, rather than
 from its own compiled-in core/v1 types. A document's hash is the real server's, the upper-case hex
 SHA-512 of its bytes: it is in the root's ``serverRelativeURL`` and the ETag, and kubectl caches the
@@ -83,7 +84,7 @@ _META_SCHEMAS: dict[str, dict[str, Any]] = {
         _GVK: [{"group": "", "kind": "Status", "version": "v1"}]},
     corev1.META + "DeleteOptions": {
         "description": "DeleteOptions may be provided when deleting an API object; the simulated server "
-                       "reads its preconditions (uid, resourceVersion).",
+                       "reads its preconditions (uid, resourceVersion) and dryRun.",
         **_OPEN, _GVK: [{"group": "", "kind": "DeleteOptions", "version": "v1"}]},
     corev1.META + "Patch": {
         "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request "
@@ -96,6 +97,9 @@ _FIELD_VALIDATION = (
     "object. - Warn: a warning is sent in the standard Warning response header for each unknown field "
     "dropped from the object; the request still succeeds. This is the default. - Strict: the request fails "
     "with a BadRequest error if any unknown fields would be dropped from the object.")
+_DRY_RUN = ("When present, indicates that modifications should not be persisted. An invalid or unrecognized "
+            "dryRun directive will result in an error response and no further processing of the request. "
+            "Valid values are: - All: all dry run stages will be processed")
 _FIELD_MANAGER = ("fieldManager is a name associated with the actor or entity that is making these changes "
                   "(accepted; the simulated server keeps no managedFields).")
 _LIST_PARAMS = (
@@ -107,6 +111,19 @@ _LIST_PARAMS = (
     ("timeoutSeconds", "integer", "Timeout for the list/watch call."),
     ("watch", "boolean", "Watch for changes to the described resources and return them as a stream of add, "
      "update, and remove notifications."),
+)
+_LOG_PARAMS = (
+    ("container", "string", "The container for which to stream logs. Defaults to only container if there "
+     "is one container in the pod."),
+    ("follow", "boolean", "Follow the log stream of the pod. Defaults to false."),
+    ("limitBytes", "integer", "If set, the number of bytes to read from the server before terminating the "
+     "log output."),
+    ("previous", "boolean", "Return previous terminated container logs. Defaults to false."),
+    ("sinceSeconds", "integer", "A relative time in seconds before the current time from which to show logs. "
+     "Only one of sinceSeconds or sinceTime may be specified."),
+    ("tailLines", "integer", "If set, the number of lines from the end of the logs to show."),
+    ("timestamps", "boolean", "If true, add an RFC3339 timestamp at the beginning of every line of log "
+     "output. Defaults to false."),
 )
 
 
@@ -137,10 +154,11 @@ def server_relative_url(group: str, etag: str) -> str:
 
 
 def build(kinds: Mapping[str, str], namespaced: Collection[str], *, status: Collection[str],
-          binding: bool) -> OpenApi:
+          binding: bool, log: bool = False) -> OpenApi:
     """The documents for resources ``kinds`` (resource -> kind), with a ``status`` subresource for
-    those in ``status`` and, when ``binding``, pods' ``binding`` and the ``bindings`` collection."""
-    group = document(orjson.dumps(api_v1(kinds, namespaced, status=status, binding=binding),
+    those in ``status``, when ``binding`` pods' ``binding`` and the ``bindings`` collection, and when
+    ``log`` pods' ``log``."""
+    group = document(orjson.dumps(api_v1(kinds, namespaced, status=status, binding=binding, log=log),
                                   option=orjson.OPT_SORT_KEYS))
     root = {"paths": {GROUP_VERSION: {"serverRelativeURL": server_relative_url(GROUP_VERSION, group.etag)}}}
     v2_json = orjson.dumps({"swagger": "2.0", "info": _INFO, "paths": {}, "definitions": {}})
@@ -165,12 +183,14 @@ def _varint(value: int) -> bytes:
 
 
 def api_v1(kinds: Mapping[str, str], namespaced: Collection[str], *, status: Collection[str],
-           binding: bool) -> dict[str, Any]:
+           binding: bool, log: bool = False) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for resource, kind in kinds.items():
         paths.update(_resource_paths(resource, kind, resource in namespaced, resource in status))
     if binding:
         paths.update(_binding_paths())
+    if log:
+        paths.update(_log_path())
     tops = [corev1.kind_type(kind) for kind in kinds.values()]
     if binding:
         tops.append(corev1.kind_type("Binding"))
@@ -201,10 +221,11 @@ def _resource_paths(resource: str, kind: str, namespaced: bool, status: bool) ->
                            body={"application/json": ref}, response=ref, code="201"),
                "delete": _op("deletecollection", f"delete collection of {kind}",
                              f"deleteCoreV1Collection{where}{kind}", kind,
-                             params=_list_params("fieldSelector", "labelSelector"),
+                             params=[_dry_run_param(), *_list_params("fieldSelector", "labelSelector")],
                              response=_ref(corev1.CORE + kind + "List"))},
         base + "/{name}": {"parameters": item_params, **_item_ops(kind, where, "", ref),
                            "delete": _op("delete", f"delete a {kind}", f"deleteCoreV1{where}{kind}", kind,
+                                         params=[_dry_run_param()],
                                          body={"application/json": _ref(corev1.META + "DeleteOptions")},
                                          response=ref)},
     }
@@ -248,6 +269,20 @@ def _binding_paths() -> dict[str, Any]:
     }
 
 
+def _log_path() -> dict[str, Any]:
+    """``pods/{name}/log``: plain text, with the query parameters the stand-in honours."""
+    params = [_path_param("name", "name of the Pod"),
+              _path_param("namespace", "object name and auth scope, such as for teams and projects")]
+    params += [{"name": name, "in": "query", "description": doc,
+                "schema": {"type": type_, "uniqueItems": True}} for name, type_, doc in _LOG_PARAMS]
+    text = {"text/plain": {"schema": {"type": "string"}}}
+    get = {"description": "read log of the specified Pod", "operationId": "readCoreV1NamespacedPodLog",
+           "tags": ["core_v1"], "x-kubernetes-action": "get",
+           _GVK: {"group": "", "kind": "Pod", "version": "v1"},
+           "responses": {"200": {"description": "OK", "content": text}}}
+    return {"/api/v1/namespaces/{namespace}/pods/{name}/log": {"parameters": params, "get": get}}
+
+
 def _op(action: str, description: str, op_id: str, kind: str, *, params: list[dict[str, Any]] | None = None,
         body: dict[str, dict[str, str]] | None = None, response: dict[str, str], code: str = "200",
         stream: bool = False) -> dict[str, Any]:
@@ -269,8 +304,13 @@ def _path_param(name: str, description: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "description": description, "schema": _STRING}
 
 
+def _dry_run_param() -> dict[str, Any]:
+    return {"name": "dryRun", "in": "query", "description": _DRY_RUN, "schema": _STRING}
+
+
 def _write_params() -> list[dict[str, Any]]:
-    return [{"name": "fieldManager", "in": "query", "description": _FIELD_MANAGER, "schema": _STRING},
+    return [_dry_run_param(),
+            {"name": "fieldManager", "in": "query", "description": _FIELD_MANAGER, "schema": _STRING},
             {"name": "fieldValidation", "in": "query", "description": _FIELD_VALIDATION, "schema": _STRING}]
 
 

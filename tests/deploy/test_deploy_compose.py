@@ -25,8 +25,9 @@ COMPOSE = ROOT / "docker-compose.yml"
 #: compose service -> the ``gpubus`` command it runs (``gpubus up`` names its children the same way).
 GPUBUS_SERVICES = {"control": "sim-control", "kube-scheduler": "sim-kube-scheduler", "webhook": "webhook",
                    "scheduler": "scheduler", "nodes": "sim-nodes"}
-#: Flags whose values differ on purpose: compose keeps ready files inside each container.
-CONTAINER_LOCAL_FLAGS = {"--ready-file"}
+#: Flags whose values differ on purpose: compose keeps ready files inside each container, and the
+#: pod logs on the state volume the API server and the nodes share (`gpubus up`: in /dev/shm).
+CONTAINER_LOCAL_FLAGS = {"--ready-file", "--pod-log-dir"}
 
 
 def _compose() -> dict[str, Any]:
@@ -105,6 +106,12 @@ def test_service_runs_what_gpubus_up_runs_for_the_same_part(service: str, tmp_pa
         for name in CONTAINER_LOCAL_FLAGS:
             flags.pop(name, None)
     assert got == wanted
+
+
+def test_the_api_server_reads_pod_logs_where_the_nodes_write_them_on_the_shared_volume() -> None:
+    dirs = {name: _flags(_command(name)[1:]).get("--pod-log-dir") for name in ("control", "nodes")}
+    assert dirs["control"] == dirs["nodes"] and str(dirs["control"]).startswith("/state/")
+    assert all("state:/state" in _services()[name]["volumes"] for name in dirs)
 
 
 @pytest.mark.parametrize("service", GPUBUS_SERVICES)

@@ -33,7 +33,18 @@ from shared.kube import (
 )
 from shared.kube_types import Pod, WatchEvent
 
-pytest_plugins = ("sim_fixtures",)
+
+@pytest.fixture
+async def server() -> AsyncIterator[SimApiServer]:
+    async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.05)) as api:
+        yield api
+
+
+@pytest.fixture
+async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+    yield client
+    await client.close()
 
 
 def pod(name: str = "", *, labels: dict[str, str] | None = None, node: str | None = None) -> Pod:

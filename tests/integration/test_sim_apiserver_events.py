@@ -23,10 +23,22 @@ from kubectl import kubectl, needs_kubectl
 
 from services.sim.apiserver import SimApiServer
 from services.sim.events import EventRecorder, build_event, pod_reference
+from services.sim.handlers import WatchSettings
 from shared.kube import KubeClient, KubeRejected, NotFound
 from shared.kube_types import Event, EventSource, Pod, WatchEvent
 
-pytest_plugins = ("sim_fixtures",)
+
+@pytest.fixture
+async def server() -> AsyncIterator[SimApiServer]:
+    async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.05)) as api:
+        yield api
+
+
+@pytest.fixture
+async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+    yield client
+    await client.close()
 
 SCHEDULER: EventSource = {"component": "gpubus-scheduler"}
 KUBELET: EventSource = {"component": "kubelet", "host": "node-1"}

@@ -6,7 +6,8 @@ Case matrix:
   method, an ``x-kubernetes-action`` and the GVK of its kind, and the document names nothing else;
 - kubectl's check: every PATCH operation of every kind lists ``fieldValidation`` among its own
   parameters; PATCH bodies are JSON and merge patches only (so kubectl computes strategic patches
-  from its own types);
+  from its own types); every write (POST, PUT, PATCH, DELETE, deletecollection) and no read lists
+  ``dryRun``;
 - schemas: every ``$ref`` resolves; each kind and its list have a component with their GVK; a kind
   added to the served resources gets its paths and a generic, open schema; the GPU resource names
   are documented where ``kubectl explain`` shows them;
@@ -92,11 +93,11 @@ def test_every_patch_operation_offers_field_validation_where_kubectl_looks_for_i
                                                      "application/merge-patch+json"}
 
 
-def test_writes_offer_field_validation_and_no_dry_run_the_server_would_ignore() -> None:
+def test_writes_offer_field_validation_and_every_write_offers_dry_run() -> None:
     for _, method, op in operations(api_v1()):
         names = {p["name"] for p in op.get("parameters", [])}
         assert ("fieldValidation" in names) == (method in ("put", "post", "patch"))
-        assert "dryRun" not in names
+        assert ("dryRun" in names) == (method in ("put", "post", "patch", "delete"))
 
 
 # -- schemas ------------------------------------------------------------------------------------

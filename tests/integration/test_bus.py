@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import msgpack
 import pytest
@@ -463,6 +464,56 @@ async def test_a_failing_handler_answers_with_an_error_reply(bus: Bus) -> None:
     finally:
         await service.stop()
     assert bus.stats.handler_errors == before + 1
+
+
+async def test_an_error_reply_is_one_bounded_header_line_whatever_the_exception_says(bus: Bus) -> None:
+    """Unicode line breaks (which nats-py does not rewrite) and long texts are folded and clipped."""
+    async def broken(payload: bytes) -> bytes:
+        raise ValueError("ünïcode\u2028Injected: x\x85" + "y" * 300)
+
+    service = await bus.serve("gpubus.query.node.verbose", broken)
+    try:
+        with pytest.raises(QueryFailed) as raised:
+            await bus.request("gpubus.query.node.verbose", b"hi", timeout=5)
+    finally:
+        await service.stop()
+    text = str(raised.value)
+    assert "ValueError: ünïcode Injected: x yyy" in text and text.endswith(" chars)")
+    assert "\u2028" not in text and "\x85" not in text and len(text) < 300
+
+
+async def test_a_failing_handler_of_a_plain_publish_is_counted_and_the_service_answers_on(bus: Bus) -> None:
+    async def picky(payload: bytes) -> bytes:
+        if payload == b"bad":
+            raise ValueError("bad payload")
+        return b"ok"
+
+    service = await bus.serve("gpubus.query.node.picky", picky)
+    before = bus.stats.handler_errors
+    try:
+        await bus.nc.publish("gpubus.query.node.picky", b"bad")  # no reply subject: nothing to answer
+        await wait_until(lambda: bus.stats.handler_errors == before + 1, what="the failure counted")
+        assert await bus.request("gpubus.query.node.picky", b"good", timeout=5) == b"ok"
+    finally:
+        await service.stop()
+
+
+@pytest.mark.parametrize(("headers", "code"), [
+    ({"Nats-Service-Error": "no such node", "Nats-Service-Error-Code": "404"}, "404"),
+    ({"Nats-Service-Error": "no such node"}, "500"),
+])
+async def test_an_error_reply_from_any_nats_micro_responder_is_a_query_failed(
+    bus: Bus, headers: dict[str, str], code: str
+) -> None:
+    async def respond(msg: Any) -> None:
+        await bus.nc.publish(msg.reply, b"", headers=headers)
+
+    sub = await bus.nc.subscribe("gpubus.query.node.micro", cb=respond)
+    try:
+        with pytest.raises(QueryFailed, match=rf"the responder failed \({code}\): no such node"):
+            await bus.request("gpubus.query.node.micro", b"hi", timeout=5)
+    finally:
+        await sub.unsubscribe()
 
 
 def test_settings_repr_hides_secrets() -> None:

@@ -294,6 +294,8 @@ async def test_a_leader_whose_bind_raises_answers_the_standby_with_the_failure(
     assert "the leader failed serving the forwarded bind" in error
     assert "RuntimeError: bind exploded" in error
     assert standby.ledger.entry(pod["metadata"]["uid"]) is None
+    labels = {"verb": "bind", "outcome": "leader_error"}
+    assert standby.metrics.registry.get_sample_value("gpubus_scheduler_decisions_total", labels) == 1
 
 
 async def test_after_failover_the_old_standby_serves_forwarded_binds(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from kubectl import kubectl, needs_kubectl
+from kubectl import kubectl, needs_kubectl, spawn_kubectl
 
 from services.sim import pod_logs
 from services.sim.apiserver import SimApiServer
@@ -135,9 +135,7 @@ async def test_an_invalid_tail_is_a_422_kubectl_prints_with_its_cause(cluster: C
 async def test_follow_streams_new_lines_and_ends_when_the_container_ends(cluster: Cluster) -> None:
     pod = await cluster.pod("p")
     cluster.write(pod, "main", MAIN)
-    proc = await asyncio.create_subprocess_exec(
-        "kubectl", "--kubeconfig", str(cluster.config), "--cache-dir", str(cluster.config) + ".kubectl-cache",
-        "logs", "-f", "p", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await spawn_kubectl(cluster.config, "logs", "-f", "p")
     assert proc.stdout is not None
     try:
         async with asyncio.timeout(30):

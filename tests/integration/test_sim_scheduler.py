@@ -231,11 +231,7 @@ async def test_a_plain_profile_schedules_its_pods_without_the_extender(cluster: 
     assert cluster.extender.requests == {"filter": [], "prioritize": [], "bind": []}
     assert await cluster.node_of("other") is None
 
-    async def recorded() -> bool:
-        return bool(await events_about(cluster.kube, "nginx"))
-
-    await wait_until(recorded, what="a Scheduled event")
-    [event] = await events_about(cluster.kube, "nginx")
+    event = await the_one_event_about(cluster.kube, "nginx")
     assert (event["reason"], event["source"]) == ("Scheduled", {"component": "default-scheduler"})
 
 
@@ -271,6 +267,16 @@ async def events_about(kube: KubeClient, name: str) -> list[Event]:
     return events
 
 
+async def the_one_event_about(kube: KubeClient, name: str) -> Event:
+    """Wait for the first event about pod ``name`` and return it (the only one there must be)."""
+    async def recorded() -> bool:
+        return bool(await events_about(kube, name))
+
+    await wait_until(recorded, what=f"an event about {name}")
+    [event] = await events_about(kube, name)
+    return event
+
+
 async def test_an_unschedulable_pod_gets_a_failed_scheduling_event_with_the_extenders_reasons(
         cluster: Cluster) -> None:
     cluster.extender.free = {"n1": 0, "n2": 0}
@@ -303,11 +309,7 @@ async def test_a_bound_pod_gets_a_scheduled_event_from_the_schedulers_name(clust
     await cluster.kube.create_pod("default", gpu_pod("a", scheduler="hami-scheduler"))
     await cluster.wait_bound("a")
 
-    async def recorded() -> bool:
-        return bool(await events_about(cluster.kube, "a"))
-
-    await wait_until(recorded, what="a Scheduled event")
-    [event] = await events_about(cluster.kube, "a")
+    event = await the_one_event_about(cluster.kube, "a")
     assert (event["type"], event["reason"], event["message"]) == (
         "Normal", "Scheduled", "Successfully assigned default/a to n1")
     assert event["source"] == {"component": "hami-scheduler"}

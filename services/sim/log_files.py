@@ -38,11 +38,12 @@ class PodLogFiles:
         data = pod_logs.cri_lines(time_ns, lines)
         path = self.root / relative
         try:
-            _append(path, data)
-        except FileNotFoundError:
-            _make_dirs(path.parent, self.root)
-            _append(path, data)
-        except OSError as e:
+            try:
+                _append(path, data)
+            except FileNotFoundError:  # a new container: make its directories once, then write
+                _make_dirs(path.parent, self.root)
+                _append(path, data)
+        except OSError as e:  # a log is never worth failing the pod for
             log.warning("pod %s/%s: container %s log not written: %s", namespace, name, container, e)
 
     def remove(self, namespace: str, name: str, uid: str, containers: Iterable[str]) -> None:

@@ -287,8 +287,8 @@ class SimNode:
             phase = (pod.get("status") or {}).get("phase", "Pending")
             if event["type"] == "DELETED" or phase in ("Succeeded", "Failed"):
                 self._forget(uid)
-            if event["type"] == "DELETED" and self.logs is not None:
-                self._remove_logs(pod)
+                if event["type"] == "DELETED" and self.logs is not None:
+                    self._remove_logs(pod)
             elif uid not in self._pods and phase in ("Pending", "Running"):
                 run = self._run_pod(pod) if phase == "Pending" else self._resume_pod(pod)
                 self._pods[uid] = asyncio.create_task(run, name=f"sim-pod/{self.node}/{uid}")
@@ -328,6 +328,8 @@ class SimNode:
 
     def _record_started(self, pod: Pod, simpod: SimPod) -> None:
         """The kubelet's ``Started`` event of each container, init containers first as they run."""
+        if not self.events.wants("Normal"):
+            return
         for c in simpod.containers:
             where = f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}"
             self.events.record(pod_reference(pod, where), "Normal", "Started", f"Started container {c.name}")

@@ -42,6 +42,11 @@ POD_SPEC_DEFAULTS: dict[str, Any] = {"schedulerName": "default-scheduler", "rest
                                      "terminationGracePeriodSeconds": 30, "priority": 0}
 
 
+def spec_defaults(spec: Obj) -> dict[str, Any]:
+    """The defaults a pod spec lacks: missing or empty counts as unset, as for Go's zero values."""
+    return {key: value for key, value in POD_SPEC_DEFAULTS.items() if spec.get(key) in (None, "")}
+
+
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -61,8 +66,7 @@ def default_pod(pod: Obj, namespace: str) -> Obj:
         raise ApiError.bad_request("Pod must have metadata and spec objects")
     meta, spec = pod["metadata"], pod["spec"]
     meta["namespace"] = namespace
-    for key, value in POD_SPEC_DEFAULTS.items():
-        spec.setdefault(key, value)
+    spec.update(spec_defaults(spec))
     pod["apiVersion"], pod["kind"] = "v1", "Pod"
     return pod
 

@@ -24,7 +24,7 @@ import orjson
 
 from services.sim.errors import ApiError
 from services.sim.jsonpatch import json_equal
-from services.sim.objects import POD_SPEC_DEFAULTS
+from services.sim.objects import spec_defaults
 
 Obj = dict[str, Any]
 
@@ -100,7 +100,7 @@ def update_errors(spec: Obj, old: Obj) -> list[FieldError]:
 
 
 def _defaulted(spec: Obj, old: Obj) -> Obj:
-    filled = {key: value for key, value in POD_SPEC_DEFAULTS.items() if spec.get(key) in (None, "")}
+    filled = spec_defaults(spec)
     if "priority" in filled and "priority" in old:
         filled["priority"] = old["priority"]
     return {**spec, **filled} if filled else spec

@@ -359,3 +359,15 @@ def test_a_name_that_could_leave_the_directory_is_not_written(tmp_path: Path) ->
     files = PodLogFiles(tmp_path / "pods")
     files.write("default", "p", "u1", "../escape", lines=["x"], time_ns=T0)
     assert list(tmp_path.rglob("*")) == []
+
+
+def test_a_log_directory_that_cannot_be_made_loses_the_log_not_the_pod(tmp_path: Path) -> None:
+    """A bad --pod-log-dir must not raise into the kubelet's pod run: here the log file's open fails
+    as missing, and making the directories then fails too (the root cannot be made under a file)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    files = PodLogFiles(Path("/proc/self/no-such-dir/pods"))
+    files.write("default", "p", "uid-1", "main", lines=["started"], time_ns=1_700_000_000_000_000_000)
+    files = PodLogFiles(blocker / "pods")
+    files.write("default", "p", "uid-1", "main", lines=["started"], time_ns=1_700_000_000_000_000_000)
+    assert not (blocker / "pods").exists()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from services.sim.errors import ApiError
+from services.sim.objects import default_pod
 from services.sim.pod_update import UPDATABLE, checked_update
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
@@ -169,3 +170,13 @@ def test_neither_pod_is_mutated() -> None:
     checked_update(new, OLD)
     refusal(updated(nodeName="x"))
     assert (new, OLD) == (before_new, before_old)
+
+
+def test_an_empty_default_field_is_defaulted_alike_on_create_and_update() -> None:
+    """``schedulerName: ""`` is unset, as for Go's zero value: create fills it, so an image-only update
+    of that pod changes nothing else (it was refused as schedulerName null -> default-scheduler)."""
+    created = default_pod({"metadata": {"name": "p"}, "spec": {
+        "schedulerName": "", "containers": [{"name": "main", "image": "a"}]}}, "default")
+    assert created["spec"]["schedulerName"] == "default-scheduler"
+    new = {**created, "spec": {**created["spec"], "containers": [{"name": "main", "image": "b"}]}}
+    assert checked_update(new, created)["spec"]["containers"][0]["image"] == "b"

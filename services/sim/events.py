@@ -272,9 +272,13 @@ class EventRecorder:
         self._idle = asyncio.Event()
         self._idle.set()
 
+    def wants(self, type_: EventType) -> bool:
+        """Whether events of this type are recorded: callers skip building the ones that are not."""
+        return type_ != "Normal" or self.settings.normal
+
     def record(self, involved: ObjectReference, type_: EventType, reason: str, message: str) -> None:
         """Queue an event about ``involved``; returns at once and never raises."""
-        if type_ == "Normal" and not self.settings.normal:
+        if not self.wants(type_):
             return
         try:
             now_ns = self._clock()

@@ -30,7 +30,7 @@ from services.sim.field_validation import Directive
 from services.sim.jsonpatch import apply_json_patch, merge_patch
 from services.sim.store import Obj, Store, event_line
 from services.sim.strategic import strategic_merge_patch
-from services.sim.tables import as_table, wants_table
+from services.sim.tables import as_table, include_object, wants_table
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class ResourceHandlers:
         if resource == "resourcequotas":
             items = [self._quota_with_status(quota) for quota in items]
         if wants_table(request.headers.get("Accept", "")):
-            return json_response(as_table(resource, items, rv, q.get("includeObject", "Metadata")))
+            return json_response(as_table(resource, items, rv, include_object(q.get("includeObject"))))
         return json_response({"kind": f"{KINDS[resource]}List", "apiVersion": "v1",
                               "metadata": {"resourceVersion": rv}, "items": items})
 
@@ -209,7 +209,7 @@ class ResourceHandlers:
             obj = self._quota_with_status(obj)
         if wants_table(request.headers.get("Accept", "")):
             return json_response(as_table(resource, [obj], obj["metadata"]["resourceVersion"],
-                                          request.query.get("includeObject", "Metadata")))
+                                          include_object(request.query.get("includeObject"))))
         return json_response(obj)
 
     async def replace(self, request: web.Request, resource: str) -> web.StreamResponse:

@@ -404,12 +404,11 @@ class SimScheduler:
             log.info("could not record PodScheduled=False on %s/%s: %s", namespace, name, e)
 
     def _report(self, pod: Pod, outcome: Outcome) -> None:
-        involved = pod_reference(pod)
         recorder = self._recorders.get(_scheduler_name(pod), self.events)
-        if outcome.node is not None:
-            recorder.record(involved, "Normal", "Scheduled", outcome.message)
-        else:
-            recorder.record(involved, "Warning", "FailedScheduling", truncate_note(outcome.message))
+        if outcome.node is None:
+            recorder.record(pod_reference(pod), "Warning", "FailedScheduling", truncate_note(outcome.message))
+        elif recorder.wants("Normal"):
+            recorder.record(pod_reference(pod), "Normal", "Scheduled", outcome.message)
         if self._on_outcome is not None:
             self._on_outcome(outcome)
 

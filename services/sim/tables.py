@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from services.sim.errors import ApiError
+
 Obj = dict[str, Any]
 
 
@@ -122,6 +124,20 @@ _COLUMNS: dict[str, tuple[list[tuple[str, int]], Callable[[Obj], list[Any]]]] = 
     "events": ([("Last Seen", 0), ("Type", 0), ("Reason", 0), ("Object", 0), ("Subobject", 1), ("Source", 1),
                 ("Message", 0), ("First Seen", 1), ("Count", 1), ("Name", 1)], _event_cells),
 }
+
+
+_INCLUDE_OBJECT = ("Metadata", "None", "Object")
+
+
+def include_object(value: str | None) -> str:
+    """The ``includeObject`` of a Table request (empty: Metadata); anything else is the real 400."""
+    if not value:
+        return "Metadata"
+    if value not in _INCLUDE_OBJECT:
+        supported = ", ".join(f'"{v}"' for v in _INCLUDE_OBJECT)
+        raise ApiError.bad_request(f"unexpected TableOptions: includeObject: Unsupported value: "
+                                   f"{value!r}: supported values: {supported}")
+    return value
 
 
 def _row_object(item: Obj, include: str) -> Obj | None:

@@ -21,7 +21,7 @@ from e2e_harness import E2E, gpu_pod, running_stack
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpubus.stack import NODES_ENV
-from gpubus.stack_nodes import host_scratch_root
+from gpubus.stack_scratch import host_scratch_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpubus.stack import Child
-from gpubus.stack_nodes import host_scratch_root
+from gpubus.stack_scratch import host_scratch_root
 
 
 async def _no_probe() -> bool:

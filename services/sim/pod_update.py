@@ -25,6 +25,7 @@ import orjson
 from services.sim.errors import ApiError
 from services.sim.jsonpatch import json_equal
 from services.sim.objects import spec_defaults
+from shared.errors import clip
 
 Obj = dict[str, Any]
 
@@ -221,5 +222,4 @@ def _differences(old: Any, new: Any, path: str) -> Iterator[str]:
 
 
 def _show(value: Any) -> str:
-    text = orjson.dumps(value).decode()
-    return text if len(text) <= 120 else f"{text[:120]}..."
+    return clip(orjson.dumps(value).decode(), 120)

@@ -28,6 +28,7 @@ import orjson
 
 from services.sim import corev1
 from services.sim.errors import PatchError
+from shared.errors import clip
 
 Json = Any
 Map = dict[str, Any]
@@ -317,5 +318,4 @@ def _identity(value: Json) -> Hashable:
 
 
 def _show(value: Json) -> str:
-    text = orjson.dumps(value).decode()
-    return text if len(text) <= 300 else f"{text[:300]}..."
+    return clip(orjson.dumps(value).decode(), 300)

@@ -123,17 +123,14 @@ async def test_a_refused_nan_timeout_leaves_other_watches_their_bookmarks_and_ti
 
 # Table requests ---------------------------------------------------------------------------------
 
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
-
-
 @pytest.mark.parametrize("path", [PODS, f"{PODS}/p"])
 async def test_an_unknown_include_object_of_a_table_is_a_400_naming_the_supported_values(
     populated: Api, path: str
 ) -> None:
     answer = await populated.refused(400, "BadRequest", "GET", f"{path}?includeObject=Everything",
-                                     headers={"Accept": TABLE})
+                                     headers=TABLE)
     assert '"Metadata", "None", "Object"' in answer["message"]
-    status, table = await populated.call("GET", f"{path}?includeObject=Object", headers={"Accept": TABLE})
+    status, table = await populated.call("GET", f"{path}?includeObject=Object", headers=TABLE)
     assert status == 200 and table["rows"][0]["object"]["metadata"]["name"] == "p"
 
 

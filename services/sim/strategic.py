@@ -155,19 +155,30 @@ def _delete_from_primitive_list(result: Map, name: str, values: Json) -> None:
 # lists ----------------------------------------------------------------------------------------
 
 
-def _merge_list(original: list[Any], patch: list[Any], field: Field | None) -> list[Any]:
+def _merge_list(original: list[Any], patch: list[Any], field: Field | None,
+                order: list[Any] | None = None) -> list[Any]:
+    """``patch`` merged into ``original``, put in order once: by ``order`` (a ``$setElementOrder`` list)
+    where there is one, else by the patch's own elements (the real ``mergeSlice``)."""
     if field is None or not field.merge:
         return [_merge_value(None, v, None) for v in patch]
-    if not patch:
+    if not patch and order is None:
         return original  # an empty merge list changes nothing (null or ``$patch: replace`` empty it)
+    merged, plain, server = _merge_elements(original, patch, field)
+    return _in_order(merged, plain if order is None else order, server, field.key)
+
+
+def _merge_elements(original: list[Any], patch: list[Any],
+                    field: Field) -> tuple[list[Any], list[Any], list[Any]]:
+    """The merged elements in no particular order, the patch's plain elements (which order them) and the
+    server's elements after deletions (whose order the others keep)."""
+    if not patch:
+        return original, patch, original
     if field.key is None:
-        merged = _merge_primitives(original, patch)
-        return _in_order(merged, patch, original, None)
+        return _merge_primitives(original, patch), patch, original
     kept, plain = _special_elements(original, patch, field.key)
-    if plain is None:
-        return [_merge_map(None, element, field.type) for element in kept]
-    merged = _merge_keyed(kept, plain, field)
-    return _in_order(merged, plain, kept, field.key)
+    if plain is None:  # ``$patch: replace``: the plain elements alone, ordered (so keyed) as the server's
+        return [_merge_map(None, element, field.type) for element in kept], [], kept
+    return _merge_keyed(kept, plain, field), plain, kept
 
 
 def _merge_primitives(original: list[Any], patch: list[Any]) -> list[Any]:
@@ -244,7 +255,7 @@ def _set_element_order(result: Map, name: str, order: Json, patch: Map, fields: 
         raise PatchError("invalid patch format of setElementOrder list")
     if name in result or name in patch:
         _check_order(value, order, field.key)
-        result[name] = _in_order(_merge_list(original, value, field), order, original, field.key)
+        result[name] = _merge_list(original, value, field, order)
     return name
 
 

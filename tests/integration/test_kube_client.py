@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import sim_fixtures
 from asyncwait import wait_until
 from kubectl import kubectl, needs_kubectl
 
@@ -33,18 +34,9 @@ from shared.kube import (
 )
 from shared.kube_types import Pod, WatchEvent
 
-
-@pytest.fixture
-async def server() -> AsyncIterator[SimApiServer]:
-    async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.05)) as api:
-        yield api
-
-
-@pytest.fixture
-async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield client
-    await client.close()
+# this module's SimApiServer and KubeClient fixtures (bound by name: see sim_fixtures)
+server = sim_fixtures.server
+kube = sim_fixtures.kube
 
 
 def pod(name: str = "", *, labels: dict[str, str] | None = None, node: str | None = None) -> Pod:

@@ -18,27 +18,18 @@ from typing import Any
 
 import aiohttp
 import pytest
+import sim_fixtures
 from asyncwait import wait_until
 from kubectl import kubectl, needs_kubectl
 
 from services.sim.apiserver import SimApiServer
 from services.sim.events import EventRecorder, build_event, pod_reference
-from services.sim.handlers import WatchSettings
 from shared.kube import KubeClient, KubeRejected, NotFound
 from shared.kube_types import Event, EventSource, Pod, WatchEvent
 
-
-@pytest.fixture
-async def server() -> AsyncIterator[SimApiServer]:
-    async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.05)) as api:
-        yield api
-
-
-@pytest.fixture
-async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield client
-    await client.close()
+# this module's SimApiServer and KubeClient fixtures (bound by name: see sim_fixtures)
+server = sim_fixtures.server
+kube = sim_fixtures.kube
 
 SCHEDULER: EventSource = {"component": "gpubus-scheduler"}
 KUBELET: EventSource = {"component": "kubelet", "host": "node-1"}

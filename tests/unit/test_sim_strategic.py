@@ -5,12 +5,14 @@ Case matrix:
   conditions (type), node addresses (type), ownerReferences (uid); primitive sets: finalizers, podCIDRs;
 - replaced: lists without a strategy (tolerations, containerStatuses), every list of a kind without a
   table entry; ``null`` deletes a map key; an empty merge list changes nothing;
-- order: a new element goes first, server-only elements keep their places, ``$setElementOrder`` wins;
+- order: a new element goes first, server-only elements keep their places, ``$setElementOrder`` wins,
+  for a merge list only the patch has, only the server has, or both have (keyed and primitive);
 - directives: ``$patch`` replace/delete in a map and in a list element, ``$setElementOrder``,
   ``$deleteFromPrimitiveList``, ``$retainKeys``; none is ever in the result, also inside added values;
 - errors (PatchError): unknown or ``merge`` ``$patch`` in a map or list element, an element without its
-  merge key, malformed ``$setElementOrder``/``$retainKeys``/``$deleteFromPrimitiveList``, an order that
-  contradicts the patch, an object in a primitive list, a patch that is not an object;
+  merge key (also in a ``$patch: replace`` list), malformed ``$setElementOrder``/``$retainKeys``/
+  ``$deleteFromPrimitiveList``, an order that contradicts the patch, an object in a primitive list, a
+  patch that is not an object;
 - the target is never mutated and what the patch does not touch is shared, not copied; without
   directives and on a kind without a table entry it is RFC 7386 (property).
 """
@@ -171,6 +173,44 @@ def test_set_element_order_puts_the_list_in_that_order() -> None:
     assert result["metadata"]["finalizers"] == ["f/b", "f/a"]
 
 
+def ordered_list_case(field: str, server: list[str] | None, sent: list[str] | None,
+                      order: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pod whose ``field`` (``initContainers``: merged by name; ``finalizers``: a set) holds ``server``
+    (None: absent) and a patch sending ``sent`` (``-x``: delete x; None: absent) in ``order``."""
+    if field == "finalizers":
+        patch: dict[str, Any] = {f"$setElementOrder/{field}": [f"f/{n}" for n in order]}
+        if sent is not None:
+            patch[field] = [f"f/{n}" for n in sent if not n.startswith("-")]
+            patch[f"$deleteFromPrimitiveList/{field}"] = [f"f/{n[1:]}" for n in sent if n.startswith("-")]
+        metadata = {"name": "p"} if server is None else {"name": "p", field: [f"f/{n}" for n in server]}
+        return {"kind": "Pod", "metadata": metadata, "spec": {}}, {"metadata": patch}
+    patch = {f"$setElementOrder/{field}": [{"name": n} for n in order]}
+    if sent is not None:
+        patch[field] = [{"name": n[1:], "$patch": "delete"} if n.startswith("-")
+                        else {"name": n, "image": "j"} for n in sent]
+    spec = {} if server is None else {field: [{"name": n, "image": "i"} for n in server]}
+    return {"kind": "Pod", "metadata": {"name": "p"}, "spec": spec}, {"spec": patch}
+
+
+@pytest.mark.parametrize("field", ["initContainers", "finalizers"])
+@pytest.mark.parametrize(("server", "sent", "order", "expected"), [
+    (None, ["b", "a"], ["c", "b", "a"], ["b", "a"]),
+    (["a", "b", "c"], None, ["c", "a"], ["b", "c", "a"]),
+    (["a", "b", "c"], ["new"], ["c", "new", "b"], ["a", "c", "new", "b"]),
+    (["a", "b", "c"], ["new"], ["new", "c"], ["new", "a", "b", "c"]),
+    (["a", "b", "c"], ["-b", "a"], ["c", "a"], ["c", "a"]),
+], ids=["only-in-patch", "only-on-server", "both", "both-new-first", "with-deletion"])
+def test_set_element_order_orders_a_merge_list_wherever_it_is(
+        field: str, server: list[str] | None, sent: list[str] | None, order: list[str],
+        expected: list[str]) -> None:
+    # elements the order does not name keep their server places, before what follows them there
+    target, patch = ordered_list_case(field, server, sent, order)
+    result = strategic_merge_patch(target, patch)
+    items = (result["metadata"] if field == "finalizers" else result["spec"])[field]
+    assert [i[2:] if field == "finalizers" else i["name"] for i in items] == expected
+    assert directive_keys(result) == []
+
+
 # directives -----------------------------------------------------------------------------------
 
 
@@ -230,6 +270,8 @@ def test_directives_inside_added_values_are_applied_not_stored() -> None:
      "merging lists cannot yet be specified"),
     ({"spec": {"containers": [{"image": "busybox:2"}]}}, "does not contain declared merge key: name"),
     ({"spec": {"containers": [{"$patch": "delete"}]}}, "does not contain declared merge key: name"),
+    ({"spec": {"containers": [{"$patch": "replace"}, {"image": "x"}]}},
+     "does not contain declared merge key: name"),
     ({"spec": {"containers": ["main"]}}, "is not an object"),
     ({"spec": {"$setElementOrder/containers": "main"}}, "invalid patch format of setElementOrder list"),
     ({"spec": {"$setElementOrder/containers": [{"image": "x"}]}}, "does not contain declared merge key"),
@@ -241,6 +283,7 @@ def test_directives_inside_added_values_are_applied_not_stored() -> None:
     ({"metadata": {"$retainKeys": ["name"], "labels": {"b": "1"}}}, "invalid patch format of retainKeys"),
     ({"metadata": {"finalizers": [{"a": 1}]}}, "cannot merge lists without merge key"),
 ], ids=["map-unknown", "map-merge", "element-unknown", "element-merge", "no-merge-key", "delete-no-merge-key",
+        "replace-no-merge-key",
         "element-not-object", "order-not-list", "order-no-key", "order-contradicts", "delete-list-not-list",
         "retain-not-list", "retain-misses-key", "object-in-set"])
 def test_malformed_patches_are_refused(patch: dict[str, Any], message: str) -> None:

@@ -1,0 +1,35 @@
+"""A SimApiServer (bookmarks every 0.05 s) and the real KubeClient on it: the fixtures ``server`` and
+``kube`` of the test modules that bind them by name, which makes them that module's own::
+
+    import sim_fixtures
+
+    server = sim_fixtures.server
+    kube = sim_fixtures.kube
+
+Never register this module with ``pytest_plugins``: that makes its fixtures global, and this ``kube``
+would then shadow, or be shadowed by, ``scheduler_fixtures``' own ``kube`` (which sits on its ``api``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from services.sim.apiserver import SimApiServer
+from services.sim.handlers import WatchSettings
+from shared.kube import KubeClient
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SimApiServer]:
+    async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.05)) as api:
+        yield api
+
+
+@pytest.fixture
+async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+    yield client
+    await client.close()

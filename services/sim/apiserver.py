@@ -2,7 +2,8 @@
 
 Serves what gpubus and its simulated cluster use — pods (with the ``binding`` and ``status``
 subresources, and ``log`` from the simulated kubelets' files: ``pod_log_http.py``), nodes (with
-``status``), namespaces, resourcequotas, events, list/watch with field and
+``status``; discovery, routes and OpenAPI paths of the subresources all come from the table in
+``subresources.py``), namespaces, resourcequotas, events, list/watch with field and
 label selectors, resourceVersion conflicts and 410, merge, strategic merge and JSON patches, the
 pod update rules (``pod_update.py``), a mutating webhook chain
 on pod CREATE — plus enough discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``),
@@ -36,11 +37,20 @@ from aiohttp import web
 from services.sim import openapi
 from services.sim.admission import AdmissionChain, WebhookConfig
 from services.sim.errors import ApiError
-from services.sim.handlers import KINDS, NAMESPACED, ResourceHandlers, WatchSettings, json_response
+from services.sim.handlers import (
+    KINDS,
+    NAMESPACED,
+    Handler,
+    ResourceHandlers,
+    Verb,
+    WatchSettings,
+    json_response,
+)
 from services.sim.log_files import PodLogFiles
 from services.sim.objects import finish_create
 from services.sim.pod_log_http import PodLogHandler
 from services.sim.store import Store
+from services.sim.subresources import SUBRESOURCES, SubVerb
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +60,6 @@ _SHORT_NAMES = {"pods": ["po"], "nodes": ["no"], "namespaces": ["ns"], "resource
 #: Resources in the ``all`` category, as on a real server (of those served here: pods).
 _CATEGORY_ALL = frozenset({"pods"})
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-#: The resources with a ``status`` subresource (``add_routes`` serves it, the OpenAPI document names it).
-STATUS_SUBRESOURCES = ("pods", "nodes")
 _A_YEAR_S = 365 * 24 * 3600
 
 
@@ -63,13 +71,14 @@ def _discovery_v1() -> dict[str, Any]:
         if resource in _CATEGORY_ALL:
             entry["categories"] = ["all"]  # what `kubectl get all` lists
         resources.append(entry)
-    for sub, kind, verbs in (("pods/binding", "Binding", ["create"]), ("pods/log", "Pod", ["get"]),
-                             ("pods/status", "Pod", ["get", "patch", "update"]),
-                             ("nodes/status", "Node", ["get", "patch", "update"])):
-        resources.append({"name": sub, "singularName": "", "namespaced": sub.startswith("pods"), "kind": kind,
-                          "verbs": verbs})
-    resources.append({"name": "bindings", "singularName": "binding", "namespaced": True, "kind": "Binding",
-                      "verbs": ["create"]})
+    for sub in SUBRESOURCES:
+        namespaced = sub.resource in NAMESPACED
+        resources.append({"name": f"{sub.resource}/{sub.name}", "singularName": "", "namespaced": namespaced,
+                          "kind": sub.kind, "verbs": list(sub.verbs)})
+    for sub in SUBRESOURCES:
+        if sub.collection:
+            resources.append({"name": sub.collection, "singularName": sub.name, "namespaced": True,
+                              "kind": sub.kind, "verbs": list(sub.verbs)})
     return {"kind": "APIResourceList", "groupVersion": "v1", "resources": resources}
 
 
@@ -121,8 +130,7 @@ class SimApiServer:
         self.handlers = ResourceHandlers(self.store, self.admission, watch or WatchSettings())
         self.pod_logs = PodLogHandler(self.store, PodLogFiles(log_dir) if log_dir is not None else None)
         self._runner: web.AppRunner | None = None
-        self.openapi = openapi.build(KINDS, NAMESPACED, status=STATUS_SUBRESOURCES, binding="pods" in KINDS,
-                                     log="pods" in KINDS)
+        self.openapi = openapi.build(KINDS, NAMESPACED)
         for name in namespaces:
             self.store.create("namespaces", _namespace(name))
 
@@ -230,15 +238,7 @@ def add_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiSer
                           (openapi.V2_PATH, openapi_v2)):
         router.add_get(path, handler)
 
-    ns_item = "/api/v1/namespaces/{ns}/pods/{name}"
-    router.add_post(ns_item + "/binding", h.route(h.bind, "pods"))
-    router.add_get(ns_item + "/log", server.pod_logs.serve)
-    router.add_post("/api/v1/namespaces/{ns}/bindings", h.route(h.bind, "pods"))
-    for resource in STATUS_SUBRESOURCES:
-        base = ns_item if resource in NAMESPACED else f"/api/v1/{resource}/{{name}}"
-        router.add_get(base + "/status", h.route(h.get, resource))
-        router.add_put(base + "/status", h.route(h.replace_status, resource))
-        router.add_patch(base + "/status", h.route(h.patch_status, resource))
+    _add_subresource_routes(router, h, server)
     for resource in KINDS:
         if resource in NAMESPACED:
             collection = f"/api/v1/namespaces/{{ns}}/{resource}"
@@ -253,6 +253,29 @@ def add_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiSer
         router.add_put(item, h.route(h.replace, resource))
         router.add_patch(item, h.route(h.patch, resource))
         router.add_delete(item, h.route(h.delete, resource))
+
+
+def _add_subresource_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiServer) -> None:
+    """The paths of ``SUBRESOURCES``, one per verb, and their collections."""
+
+    async def pod_log(request: web.Request, _: str) -> web.StreamResponse:
+        return await server.pod_logs.serve(request)
+
+    # what serves each (subresource, verb) of the table: an entry without one fails here, at start
+    served: dict[tuple[str, SubVerb], Verb] = {
+        ("binding", "create"): h.bind, ("log", "get"): pod_log,
+        ("status", "get"): h.get, ("status", "update"): h.replace_status, ("status", "patch"): h.patch_status}
+    add: dict[SubVerb, Callable[[str, Handler], object]] = {
+        "create": router.add_post, "get": router.add_get, "update": router.add_put, "patch": router.add_patch}
+    for sub in SUBRESOURCES:
+        item = (f"/api/v1/namespaces/{{ns}}/{sub.resource}/{{name}}" if sub.resource in NAMESPACED
+                else f"/api/v1/{sub.resource}/{{name}}")
+        paths = [f"{item}/{sub.name}"]
+        if sub.collection:
+            paths.append(f"/api/v1/namespaces/{{ns}}/{sub.collection}")
+        for verb in sub.verbs:
+            for path in paths:
+                add[verb](path, h.route(served[sub.name, verb], sub.resource))
 
 
 async def _openapi_group(request: web.Request, docs: openapi.OpenApi) -> web.Response:

@@ -17,16 +17,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import orjson
 
 from services.sim import corev1
 from services.sim.errors import ApiError
 
+QUERY = "fieldValidation"
 _SUPPORTED = '"", "Ignore", "Strict", "Warn"'
 _GO_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v",
                '"': r"\"", "\\": r"\\"}
+
+
+Touched: TypeAlias = "Literal[True] | dict[str, Touched]"
+"""The parts of an object a JSON patch wrote: the keys on its paths, ``True`` for all below a key (or,
+alone, for all of the object)."""
 
 
 class Directive(StrEnum):
@@ -52,23 +58,24 @@ def directive(value: str | None, options_kind: str) -> Directive:
         return Directive(value)
     except ValueError:
         body = f"Unsupported value: {go_quote(value)}: supported values: {_SUPPORTED}"
-        cause = {"reason": "FieldValueNotSupported", "message": body, "field": "fieldValidation"}
-        raise ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: fieldValidation: {body}',
+        cause = {"reason": "FieldValueNotSupported", "message": body, "field": QUERY}
+        raise ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: {QUERY}: {body}',
                        {"group": "meta.k8s.io", "kind": options_kind, "causes": [cause]}) from None
 
 
 def decoded(kind: str, obj: Any, validation: Directive, *, patch: Any = None,
-            strategic: bool = False) -> Decoded:
+            strategic: bool = False, touched: Touched | None = None) -> Decoded:
     """``obj`` (a create's or update's body, or a patched object when ``patch`` is its patch) as the
     decoder keeps it; Strict with unknown fields raises the error of the verb.
 
     A merge or strategic patch (an object) walks only the parts of ``obj`` it touched: the stored
     object had no unknown field, so any comes from the patch, and a status write (two a pod) then
     costs what the patch holds, not the whole pod. A list it touched is walked whole, since merging
-    may have moved its elements; paths are the patched object's, as the real decoder reports them."""
+    may have moved its elements; paths are the patched object's, as the real decoder reports them.
+    ``touched`` does the same for what a JSON patch wrote (a webhook's, of an object already decoded)."""
     unknown: list[str] = []
-    touched = patch if isinstance(patch, dict) else _ALL
-    kept = _object(obj, corev1.kind_type(kind), "", unknown, touched)
+    walked = touched if touched is not None else patch
+    kept = _object(obj, corev1.kind_type(kind), "", unknown, walked if isinstance(walked, dict) else _ALL)
     if unknown and validation is Directive.STRICT:
         if patch is None:
             raise ApiError.bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: '

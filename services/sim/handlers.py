@@ -6,8 +6,9 @@ trust the store), calls the store and the pure object rules, and renders JSON; e
 newline-delimited events from a store ``Watcher`` with bookmarks and the server-side timeout; the
 events that arrive within ``WatchSettings.coalesce_s`` of the first go out in one chunk.
 Strategic-merge patches merge lists by their merge key and honour the directives (``strategic``); an
-update of a pod's spec is held to the real server's rules (``pod_update``). A write with
-``dryRun=All`` runs all of that and the store answers what it would have stored (``dryrun``).
+update of a pod's spec is held to the real server's rules (``pod_update``). A write's options
+(``dryRun``, ``fieldValidation``) are read once, by ``write_options``; with ``dryRun=All`` it runs all
+of that and the store answers what it would have stored (``dryrun``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from services.sim import dryrun, field_validation, objects, pod_update, shapes
-from services.sim.admission import AdmissionChain
+from services.sim import field_validation, objects, pod_update, shapes, write_options
+from services.sim.admission import AdmissionChain, Admitted
 from services.sim.errors import ApiError, PatchError
 from services.sim.field_validation import Directive
 from services.sim.jsonpatch import apply_json_patch, merge_patch
@@ -147,15 +148,15 @@ class ResourceHandlers:
 
     async def create(self, request: web.Request, resource: str) -> web.StreamResponse:
         namespace, kind = self._ns(request, resource), KINDS[resource]
-        dry_run = _dry_run(request, "CreateOptions")
-        validation = field_validation.directive(request.query.get("fieldValidation"), "CreateOptions")
-        decoded = field_validation.decoded(kind, read_object(await read_json(request), kind), validation)
+        options = write_options.for_write(request.query, "CreateOptions")
+        body = read_object(await read_json(request), kind)
+        decoded = field_validation.decoded(kind, body, options.validation)
         obj = decoded.obj
         shapes.check_metadata(kind, obj["metadata"])
         _place(obj["metadata"], resource, namespace)
         generated = not obj["metadata"].get("name")
         if resource == "pods":
-            obj = await self._admit_pod(obj, namespace, dry_run)
+            obj = await self._admit_pod(obj, namespace, options.dry_run)
         else:
             if resource in NAMESPACED:
                 self._namespace(namespace)
@@ -165,7 +166,7 @@ class ResourceHandlers:
                 obj = _namespace_defaults(obj)
         if generated:
             self._avoid_name_collision(resource, obj)
-        created = self.store.create(resource, obj, dry_run=dry_run)
+        created = self.store.create(resource, obj, dry_run=options.dry_run)
         return _warn(json_response(created, status=201), decoded.warnings)
 
     def _avoid_name_collision(self, resource: str, obj: Obj) -> None:
@@ -183,13 +184,10 @@ class ResourceHandlers:
         ns_labels = ns_obj["metadata"].get("labels") or {}
         shapes.check_write("pods", "Pod", pod, None)  # the decoder's 400 comes before any webhook
         admitted = await self.admission.admit(pod, namespace, ns_labels, dry_run=dry_run)
-        if admitted is not pod:  # a webhook's JSON patch is input too, and can nest deeper than the body
-            shapes.check_depth(read_object(admitted, "Pod"))
-            shapes.check_write("pods", "Pod", admitted, None)
-            # decoded as the real server decodes a webhook's result: leniently, unknown fields dropped
-            admitted = field_validation.decoded("Pod", admitted, Directive.IGNORE).obj
-        admitted["metadata"]["namespace"] = namespace
-        pod = objects.new_pod_status(objects.finish_create("pods", admitted, "Pod"))
+        if admitted.obj is not pod:
+            pod = _webhooks_pod(pod, admitted)
+        pod["metadata"]["namespace"] = namespace
+        pod = objects.new_pod_status(objects.finish_create("pods", pod, "Pod"))
         quotas = list(self.store.items("resourcequotas", namespace))
         if quotas:
             objects.check_quotas(pod, quotas, list(self.store.items("pods", namespace)))
@@ -230,9 +228,7 @@ class ResourceHandlers:
         namespace, name = self._ns(request, resource), request.match_info["name"]
         if patch:
             _check_patch_type(request.content_type)
-        options_kind = "PatchOptions" if patch else "UpdateOptions"
-        dry_run = _dry_run(request, options_kind)
-        validation = field_validation.directive(request.query.get("fieldValidation"), options_kind)
+        options = write_options.for_write(request.query, "PatchOptions" if patch else "UpdateOptions")
         body = await read_json(request)
         old = self.store.get(resource, namespace, name)
         if patch:
@@ -243,7 +239,8 @@ class ResourceHandlers:
             expect_rv = new["metadata"].get("resourceVersion")
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise ApiError.invalid(resource, name, "the patched object has no metadata")
-        decoded = field_validation.decoded(KINDS[resource], new, validation, patch=body if patch else None,
+        decoded = field_validation.decoded(KINDS[resource], new, options.validation,
+                                           patch=body if patch else None,
                                            strategic=request.content_type == _STRATEGIC_MERGE_PATCH)
         new = _keep_identity(decoded.obj, old)
         if resource in ("pods", "nodes"):
@@ -251,37 +248,36 @@ class ResourceHandlers:
         shapes.check_write(resource, KINDS[resource], new, old)
         if resource == "pods" and not status_only:
             new = pod_update.checked_update(new, old)
-        stored = self.store.update(resource, new, expect_rv=expect_rv, dry_run=dry_run)
+        stored = self.store.update(resource, new, expect_rv=expect_rv, dry_run=options.dry_run)
         return _warn(json_response(stored), decoded.warnings)
 
     async def delete(self, request: web.Request, resource: str) -> web.StreamResponse:
         namespace, name = self._ns(request, resource), request.match_info["name"]
-        options = await _optional_json(request)
-        dry_run = dryrun.from_delete_options(options, request.query.getall(dryrun.QUERY, []))
+        body = await _optional_json(request)
+        options = write_options.for_delete(body, request.query)
         # No await from here to the delete: the preconditions hold for the object it removes.
         old = self.store.get(resource, namespace, name)
-        _check_preconditions(resource, options, old)
-        if resource == "namespaces" and not dry_run:
+        _check_preconditions(resource, body, old)
+        if resource == "namespaces" and not options.dry_run:
             for inner in ("pods", "resourcequotas", "events"):
                 for obj in list(self.store.items(inner, name)):
                     self.store.delete(inner, name, obj["metadata"]["name"])
-        return json_response(self.store.delete(resource, namespace, name, dry_run=dry_run))
+        return json_response(self.store.delete(resource, namespace, name, dry_run=options.dry_run))
 
     async def delete_collection(self, request: web.Request, resource: str) -> web.StreamResponse:
         q = request.query
-        dry_run = dryrun.from_delete_options(await _optional_json(request), q.getall(dryrun.QUERY, []))
+        options = write_options.for_delete(await _optional_json(request), q)
         items, _ = self.store.list(resource, request.match_info.get("ns"), q.get("fieldSelector"),
                                    q.get("labelSelector"))
         deleted = [self.store.delete(resource, o["metadata"].get("namespace", ""), o["metadata"]["name"],
-                                     dry_run=dry_run) for o in items]
+                                     dry_run=options.dry_run) for o in items]
         return json_response({"kind": f"{KINDS[resource]}List", "apiVersion": "v1",
                               "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
 
     async def bind(self, request: web.Request, resource: str) -> web.StreamResponse:
-        dry_run = _dry_run(request, "CreateOptions")
-        validation = field_validation.directive(request.query.get("fieldValidation"), "CreateOptions")
+        options = write_options.for_write(request.query, "CreateOptions")
         binding = shapes.check_binding(await read_json(request))
-        warnings = field_validation.decoded("Binding", binding, validation).warnings
+        warnings = field_validation.decoded("Binding", binding, options.validation).warnings
         namespace = request.match_info["ns"]
         meta = binding.get("metadata") or {}
         name = meta.get("name") or ""
@@ -291,7 +287,7 @@ class ResourceHandlers:
             raise ApiError.bad_request("the namespace of the provided object does not match the namespace "
                                        "sent on the request")
         pod = self.store.get("pods", namespace, name)
-        self.store.update("pods", objects.bind(pod, binding), dry_run=dry_run)
+        self.store.update("pods", objects.bind(pod, binding), dry_run=options.dry_run)
         return _warn(web.Response(body=_SUCCESS_201, status=201, content_type="application/json"), warnings)
 
     def _quota_with_status(self, quota: Obj) -> Obj:
@@ -343,10 +339,18 @@ class ResourceHandlers:
         return response
 
 
-def _dry_run(request: web.Request, options_kind: str) -> bool:
-    """The ``dryRun`` query parameter of a POST, PUT or PATCH (read, as the real server reads its
-    options, before the body)."""
-    return dryrun.requested(request.query.getall(dryrun.QUERY, []), options_kind)
+def _webhooks_pod(before: Obj, admitted: Admitted) -> Obj:
+    """The pod the webhooks' JSON patches made, decoded as the real server decodes it: leniently
+    (unknown fields dropped), checked as input (it can nest deeper than the body) — but only where the
+    patches wrote. The rest equals ``before``, checked already, and becomes ``before``'s own parts
+    again, which ``check_write`` skips as it skips a stored object's."""
+    pod = read_object(admitted.obj, "Pod")
+    shapes.check_depth(pod)
+    if isinstance(admitted.touched, dict):
+        pod = {**pod, **{key: part for key, part in before.items() if key not in admitted.touched}}
+    shapes.check_write("pods", "Pod", pod, before)
+    decoded: Obj = field_validation.decoded("Pod", pod, Directive.IGNORE, touched=admitted.touched).obj
+    return decoded
 
 
 def _watch_timeout_s(text: str | None, settings: WatchSettings) -> float:

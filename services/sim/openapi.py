@@ -8,7 +8,8 @@ name ``fieldValidation`` — then it leaves validation to the server and sends
 ``fieldValidation=Strict`` (without a document it stops: "failed to download openapi"); for
 ``kubectl explain``, the path of the resource, its GVK, and the component schema with that GVK, down
 its properties. Paths and operations follow the served kinds (``KINDS``, ``NAMESPACED``) and the
-subresources the routes register, so a new kind gets its paths and at least a generic schema.
+``subresources`` table the routes are made from, so a new kind gets its paths and at least a generic
+schema.
 
 Parameters are those the stand-in honours, ``dryRun`` on every write as on a real server (create,
 update, patch, delete, deletecollection, the status and binding subresources); no ``limit``/``continue``
@@ -28,13 +29,14 @@ so kubectl checks nothing on the client and sends every item of the List with
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from services.sim import corev1
+from services.sim.subresources import SUBRESOURCES, Subresource
 
 GROUP_VERSION = "api/v1"
 ROOT_PATH = "/openapi/v3"
@@ -153,13 +155,9 @@ def server_relative_url(group: str, etag: str) -> str:
     return f"{ROOT_PATH}/{group}?hash={etag}"
 
 
-def build(kinds: Mapping[str, str], namespaced: Collection[str], *, status: Collection[str],
-          binding: bool, log: bool = False) -> OpenApi:
-    """The documents for resources ``kinds`` (resource -> kind), with a ``status`` subresource for
-    those in ``status``, when ``binding`` pods' ``binding`` and the ``bindings`` collection, and when
-    ``log`` pods' ``log``."""
-    group = document(orjson.dumps(api_v1(kinds, namespaced, status=status, binding=binding, log=log),
-                                  option=orjson.OPT_SORT_KEYS))
+def build(kinds: Mapping[str, str], namespaced: Collection[str]) -> OpenApi:
+    """The documents for resources ``kinds`` (resource -> kind) and their ``SUBRESOURCES``."""
+    group = document(orjson.dumps(api_v1(kinds, namespaced), option=orjson.OPT_SORT_KEYS))
     root = {"paths": {GROUP_VERSION: {"serverRelativeURL": server_relative_url(GROUP_VERSION, group.etag)}}}
     v2_json = orjson.dumps({"swagger": "2.0", "info": _INFO, "paths": {}, "definitions": {}})
     # openapi.v2.Document{swagger: 1, info: 2} with Info{title: 1, version: 2}: only length-delimited fields
@@ -182,18 +180,15 @@ def _varint(value: int) -> bytes:
     return bytes([*out, value])
 
 
-def api_v1(kinds: Mapping[str, str], namespaced: Collection[str], *, status: Collection[str],
-           binding: bool, log: bool = False) -> dict[str, Any]:
+def api_v1(kinds: Mapping[str, str], namespaced: Collection[str]) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for resource, kind in kinds.items():
-        paths.update(_resource_paths(resource, kind, resource in namespaced, resource in status))
-    if binding:
-        paths.update(_binding_paths())
-    if log:
-        paths.update(_log_path())
-    tops = [corev1.kind_type(kind) for kind in kinds.values()]
-    if binding:
-        tops.append(corev1.kind_type("Binding"))
+        paths.update(_resource_paths(resource, kind, resource in namespaced))
+    subresources = [sub for sub in SUBRESOURCES if sub.resource in kinds]
+    for sub in subresources:
+        paths.update(_SUBRESOURCE_PATHS[sub.name](sub, sub.resource in namespaced))
+    top_kinds = dict.fromkeys([*kinds.values(), *(sub.kind for sub in subresources)])
+    tops = [corev1.kind_type(kind) for kind in top_kinds]
     schemas = dict(_META_SCHEMAS)
     for kind in kinds.values():
         schemas[corev1.CORE + kind + "List"] = _list_schema(kind)
@@ -206,11 +201,16 @@ def api_v1(kinds: Mapping[str, str], namespaced: Collection[str], *, status: Col
 # -- paths ------------------------------------------------------------------------------------------
 
 
-def _resource_paths(resource: str, kind: str, namespaced: bool, status: bool) -> dict[str, Any]:
-    where = "Namespaced" if namespaced else ""
-    base = "/api/v1/namespaces/{namespace}/" + resource if namespaced else "/api/v1/" + resource
-    scope = [_path_param("namespace", "object name and auth scope, such as for teams and projects")] \
-        if namespaced else []
+def _scope(resource: str, namespaced: bool) -> tuple[str, str, list[dict[str, Any]]]:
+    """A resource's collection path, the word its operation ids take, and its path parameters."""
+    if not namespaced:
+        return "/api/v1/" + resource, "", []
+    return ("/api/v1/namespaces/{namespace}/" + resource, "Namespaced",
+            [_path_param("namespace", "object name and auth scope, such as for teams and projects")])
+
+
+def _resource_paths(resource: str, kind: str, namespaced: bool) -> dict[str, Any]:
+    base, where, scope = _scope(resource, namespaced)
     item_params = [_path_param("name", f"name of the {kind}"), *scope]
     ref, writes = _ref(corev1.kind_type(kind).name), _write_params()
     paths: dict[str, Any] = {
@@ -233,9 +233,14 @@ def _resource_paths(resource: str, kind: str, namespaced: bool, status: bool) ->
         paths[f"/api/v1/{resource}"] = {"get": _op(
             "list", f"list or watch objects of kind {kind}", f"listCoreV1{kind}ForAllNamespaces", kind,
             params=_list_params(), response=_ref(corev1.CORE + kind + "List"), stream=True)}
-    if status:
-        paths[base + "/{name}/status"] = {"parameters": item_params, **_item_ops(kind, where, "Status", ref)}
     return paths
+
+
+def _status_path(sub: Subresource, namespaced: bool) -> dict[str, Any]:
+    base, where, scope = _scope(sub.resource, namespaced)
+    ops = _item_ops(sub.kind, where, "Status", _ref(corev1.kind_type(sub.kind).name))
+    return {f"{base}/{{name}}/{sub.name}": {"parameters": [_path_param("name", f"name of the {sub.kind}"),
+                                                           *scope], **ops}}
 
 
 def _item_ops(kind: str, where: str, sub: str, ref: dict[str, str]) -> dict[str, Any]:
@@ -252,35 +257,42 @@ def _item_ops(kind: str, where: str, sub: str, ref: dict[str, str]) -> dict[str,
     }
 
 
-def _binding_paths() -> dict[str, Any]:
-    scope = _path_param("namespace", "object name and auth scope, such as for teams and projects")
-    ref = _ref(corev1.CORE + "Binding")
+def _binding_paths(sub: Subresource, namespaced: bool) -> dict[str, Any]:
+    """``pods/{name}/binding`` and the namespace's ``bindings`` collection (pods are namespaced)."""
+    base, _, scope = _scope(sub.resource, namespaced)
+    ref = _ref(corev1.CORE + sub.kind)
 
     def create(what: str, op_id: str) -> dict[str, Any]:
-        return _op("post", what, op_id, "Binding", params=_write_params(), body={"application/json": ref},
+        return _op("post", what, op_id, sub.kind, params=_write_params(), body={"application/json": ref},
                    response=ref, code="201")
 
     return {
-        "/api/v1/namespaces/{namespace}/bindings": {
-            "parameters": [scope], "post": create("create a Binding", "createCoreV1NamespacedBinding")},
-        "/api/v1/namespaces/{namespace}/pods/{name}/binding": {
-            "parameters": [_path_param("name", "name of the Binding"), scope],
+        f"/api/v1/namespaces/{{namespace}}/{sub.collection}": {
+            "parameters": scope, "post": create("create a Binding", "createCoreV1NamespacedBinding")},
+        f"{base}/{{name}}/{sub.name}": {
+            "parameters": [_path_param("name", "name of the Binding"), *scope],
             "post": create("create binding of a Pod", "createCoreV1NamespacedPodBinding")},
     }
 
 
-def _log_path() -> dict[str, Any]:
+def _log_path(sub: Subresource, namespaced: bool) -> dict[str, Any]:
     """``pods/{name}/log``: plain text, with the query parameters the stand-in honours."""
-    params = [_path_param("name", "name of the Pod"),
-              _path_param("namespace", "object name and auth scope, such as for teams and projects")]
+    base, _, scope = _scope(sub.resource, namespaced)
+    params = [_path_param("name", "name of the Pod"), *scope]
     params += [{"name": name, "in": "query", "description": doc,
                 "schema": {"type": type_, "uniqueItems": True}} for name, type_, doc in _LOG_PARAMS]
     text = {"text/plain": {"schema": {"type": "string"}}}
     get = {"description": "read log of the specified Pod", "operationId": "readCoreV1NamespacedPodLog",
            "tags": ["core_v1"], "x-kubernetes-action": "get",
-           _GVK: {"group": "", "kind": "Pod", "version": "v1"},
+           _GVK: {"group": "", "kind": sub.kind, "version": "v1"},
            "responses": {"200": {"description": "OK", "content": text}}}
-    return {"/api/v1/namespaces/{namespace}/pods/{name}/log": {"parameters": params, "get": get}}
+    return {f"{base}/{{name}}/{sub.name}": {"parameters": params, "get": get}}
+
+
+#: The paths of each subresource (by name), for its resource (namespaced or not).
+_SUBRESOURCE_PATHS: dict[str, Callable[[Subresource, bool], dict[str, Any]]] = {
+    "status": _status_path, "binding": _binding_paths, "log": _log_path,
+}
 
 
 def _op(action: str, description: str, op_id: str, kind: str, *, params: list[dict[str, Any]] | None = None,

@@ -4,15 +4,19 @@ Case matrix: the AdmissionReview the webhook receives (uid, kind, resource, oper
 empty name with generateName, defaulted spec, no uid yet); a JSONPatch applied (annotation added,
 schedulerName replaced); a denial returned as the webhook's status; webhook down or answering
 garbage under failurePolicy Fail (create refused, clear message) and Ignore (created unchanged);
-a namespace labelled ``hami.io/webhook=ignore`` never sent; a wrong response uid refused.
+a namespace labelled ``hami.io/webhook=ignore`` never sent; a wrong response uid refused; the patched
+pod decoded as the real server decodes a webhook's result (unknown fields the patch wrote dropped) and
+checked again where the patch wrote (added, replaced, removed, a move's source, the whole document): a
+wrong type there is a 400, a pod left unusable a 422.
 """
 
 from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
 import trustme
 
@@ -115,6 +119,71 @@ async def test_webhook_down_with_ignore_policy_creates_unchanged(tmp_path: Path)
 
 
 REVIEW = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"'
+
+
+def answering_with(ops: list[dict[str, Any]]) -> Any:
+    """A webhook answer allowing the pod with the JSON patch ``ops``."""
+    patch = base64.b64encode(orjson.dumps(ops)).decode()
+    return lambda req: {"uid": req["uid"], "allowed": True, "patchType": "JSONPatch", "patch": patch}
+
+
+async def test_unknown_fields_a_webhooks_patch_writes_are_dropped_and_the_rest_kept(
+    tmp_path: Path, webhook: Webhook
+) -> None:
+    webhook.answer = answering_with([
+        {"op": "add", "path": "/metadata/annotations", "value": {"gpubus.io/admitted": "true"}},
+        {"op": "add", "path": "/spec/containers/0/bogus", "value": 1},
+        {"op": "add", "path": "/spec/containers/0/resources/bogus", "value": {}},
+        {"op": "add", "path": "/spec/initContainers",
+         "value": [{"name": "init", "image": "busybox", "extra": True}]},
+        {"op": "add", "path": "/spec/unknownSpecField", "value": "x"},
+        {"op": "move", "from": "/spec/schedulerName", "path": "/schedulerHint"},
+        {"op": "add", "path": "/spec/schedulerName", "value": "gpubus-scheduler"},
+    ])
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        created: Any = await kube.create_pod("default", pod())
+        [stored] = (await kube.list_pods())[0]
+    finally:
+        await kube.close()
+        await api.stop()
+    assert stored == created
+    assert created["metadata"]["annotations"] == {"gpubus.io/admitted": "true"}
+    container = created["spec"]["containers"][0]
+    assert "bogus" not in container and container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    assert created["spec"]["initContainers"] == [{"name": "init", "image": "busybox"}]
+    assert "unknownSpecField" not in created["spec"] and "schedulerHint" not in created
+    assert created["spec"]["schedulerName"] == "gpubus-scheduler"
+
+
+@pytest.mark.parametrize(("ops", "code", "message"), [
+    ([{"op": "replace", "path": "/spec/containers/0/resources/limits", "value": ["nvidia.com/gpu"]}],
+     400, "cannot unmarshal array into Go struct field Pod.spec.containers[0].resources.limits"),
+    ([{"op": "add", "path": "/metadata/labels", "value": {"team": 1}}],
+     400, "cannot unmarshal number into Go struct field Pod.metadata.labels[team]"),
+    ([{"op": "remove", "path": "/spec/containers/0/image"}], 422, "name and image are required"),
+    ([{"op": "move", "from": "/spec/containers", "path": "/metadata/containers"}],
+     422, "spec.containers: Required value"),
+    ([{"op": "replace", "path": "",
+       "value": {"metadata": {"generateName": "gpu-"}, "spec": {"containers": 1}}}],
+     400, "cannot unmarshal number into Go struct field Pod.spec.containers"),
+], ids=["wrong-type-written", "wrong-label", "removed", "moved-away", "whole-document"])
+async def test_a_pod_a_webhooks_patch_leaves_malformed_is_refused_and_not_stored(
+    tmp_path: Path, webhook: Webhook, ops: list[dict[str, Any]], code: int, message: str
+) -> None:
+    webhook.answer = answering_with(ops)
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        with pytest.raises(KubeRejected) as info:
+            await kube.create_pod("default", pod())
+        assert (await kube.list_pods())[0] == []
+    finally:
+        await kube.close()
+        await api.stop()
+    assert info.value.code == code
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize("reply", [b"not json",

@@ -4,6 +4,7 @@ table behind them (``services.sim.corev1``).
 Case matrix:
 - paths: every route the server registers under ``/api/v1/`` is in the document with the same
   method, an ``x-kubernetes-action`` and the GVK of its kind, and the document names nothing else;
+  discovery lists exactly the served subresources and collections, with the verbs they are served with;
 - kubectl's check: every PATCH operation of every kind lists ``fieldValidation`` among its own
   parameters; PATCH bodies are JSON and merge patches only (so kubectl computes strategic patches
   from its own types); every write (POST, PUT, PATCH, DELETE, deletecollection) and no read lists
@@ -32,7 +33,7 @@ import orjson
 import pytest
 
 from services.sim import corev1, openapi
-from services.sim.apiserver import STATUS_SUBRESOURCES, SimApiServer
+from services.sim.apiserver import SimApiServer, _discovery_v1
 from services.sim.handlers import KINDS, NAMESPACED
 
 METHODS = ("get", "put", "post", "patch", "delete")
@@ -43,7 +44,7 @@ REAL_DEFS = (Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema
 
 
 def build(kinds: dict[str, str] | None = None, namespaced: frozenset[str] = NAMESPACED) -> openapi.OpenApi:
-    return openapi.build(kinds or KINDS, namespaced, status=STATUS_SUBRESOURCES, binding=True)
+    return openapi.build(kinds or KINDS, namespaced)
 
 
 def api_v1(docs: openapi.OpenApi | None = None) -> dict[str, Any]:
@@ -67,12 +68,17 @@ def served_kind(path: str) -> str:
 # -- paths --------------------------------------------------------------------------------------
 
 
+def served_routes(server: SimApiServer) -> set[tuple[str, str]]:
+    """(path as the document writes it, method) of every route under ``/api/v1/``."""
+    return {(route.resource.canonical.replace("{ns}", "{namespace}"), route.method.lower())
+            for route in server.app().router.routes()
+            if route.resource is not None and route.resource.canonical.startswith("/api/v1/")
+            and route.method != "HEAD"}
+
+
 def test_every_served_route_is_in_the_document_with_its_action_and_gvk() -> None:
     server = SimApiServer()
-    served = {(route.resource.canonical.replace("{ns}", "{namespace}"), route.method.lower())
-              for route in server.app().router.routes()
-              if route.resource is not None and route.resource.canonical.startswith("/api/v1/")
-              and route.method != "HEAD"}
+    served = served_routes(server)
     doc = api_v1(server.openapi)
     documented = {(path, method) for path, method, _ in operations(doc)}
     assert documented == served
@@ -80,6 +86,22 @@ def test_every_served_route_is_in_the_document_with_its_action_and_gvk() -> None
         assert op["x-kubernetes-action"] in ACTIONS[method], (path, method)
         gvk = op["x-kubernetes-group-version-kind"]
         assert gvk == {"group": "", "kind": served_kind(path), "version": "v1"}
+
+
+def test_discovery_lists_each_served_subresource_and_collection_with_the_verbs_it_is_served_with() -> None:
+    """Discovery, the routes and the document are made from one table; they cannot drift apart."""
+    methods = {"create": "post", "get": "get", "update": "put", "patch": "patch"}
+    served = served_routes(SimApiServer())
+    listed = [entry for entry in _discovery_v1()["resources"] if entry["name"] not in KINDS]
+    assert {entry["name"] for entry in listed} == {"pods/binding", "pods/log", "pods/status", "nodes/status",
+                                                   "bindings"}
+    for entry in listed:
+        resource, _, sub = entry["name"].partition("/")
+        scope = "/api/v1/namespaces/{namespace}/" if entry["namespaced"] else "/api/v1/"
+        path = f"{scope}{resource}/{{name}}/{sub}" if sub else scope + resource
+        assert {method for at, method in served if at == path} == {methods[v] for v in entry["verbs"]}
+    under_objects = {"/".join(path.split("/")[-3::2]) for path, _ in served if "/{name}/" in path}
+    assert under_objects == {entry["name"] for entry in listed if "/" in entry["name"]}
 
 
 def test_every_patch_operation_offers_field_validation_where_kubectl_looks_for_it() -> None:

@@ -37,6 +37,7 @@ from gpubus.natsserver import (
 from gpubus.stack_datadir import SUBDIRS, DataDirLock, make_dirs
 from gpubus.stack_scratch import pod_log_dir
 from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
+from services.sim.log_files import PodLogFiles
 
 log = logging.getLogger(__name__)
 
@@ -285,8 +286,7 @@ class Stack:
             make_dirs(self.data_dir, SUBDIRS)
             self.admissions_log.unlink(missing_ok=True)
             # the API server starts empty: every pod of an earlier (killed) run, and so every log, is gone
-            shutil.rmtree(self.pod_logs, ignore_errors=True)
-            self.pod_logs.mkdir(parents=True)
+            PodLogFiles(self.pod_logs).clear()
             self._pod_logs_made = True
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:

@@ -6,7 +6,8 @@ list-watches the API server through that kubeconfig and schedules pods named for
 the extender's HTTP API. Apart, the scheduler's serial cycle (filter, prioritize: two round trips
 to the extender) does not wait behind the API server's own work in one event loop: in one process
 that wait was most of the cycle, and the cycle bounded pods/s (``bench/e2e.py``). Each writes its
-ready file when it serves. Composition only: both parts live in ``services/sim``.
+ready file when it serves; the API server first empties the pod log directory, whose pods died with
+the last one. Composition only: both parts live in ``services/sim``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from services.sim.admission import WebhookConfig
 from services.sim.apiserver import SimApiServer
 from services.sim.events import RecorderSettings
 from services.sim.extender_client import ExtenderConfig
+from services.sim.log_files import PodLogFiles
 from services.sim.scheduler import SchedulerSettings, SimScheduler
 from shared.kube import KubeClient
 
@@ -43,7 +45,9 @@ class ControlSpec:
     webhook_ca: Path
     ready_file: Path | None = None
     pod_log_dir: Path | None = None
-    """The simulated kubelets' pod log directory, which ``kubectl logs`` reads (shared with the nodes)."""
+    """The simulated kubelets' pod log directory, which ``kubectl logs`` reads (shared with the nodes).
+    Emptied at start: their pods died with the last API server (under ``docker compose`` the directory
+    outlives it, on the state volume)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +85,8 @@ async def run_control(spec: ControlSpec) -> None:
     stop_on_signals(stop)
     webhook = WebhookConfig(name="vgpu.hami.io", url=spec.webhook_url, ca_bundle=spec.webhook_ca.read_bytes(),
                             failure_policy="Fail", timeout_s=10.0)
+    if spec.pod_log_dir is not None:  # the API server starts empty: every earlier pod, and so log, is gone
+        PodLogFiles(spec.pod_log_dir).clear()
     api = SimApiServer(host="127.0.0.1", port=spec.port, webhooks=[webhook], log_dir=spec.pod_log_dir)
     await api.start()
     try:

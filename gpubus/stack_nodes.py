@@ -2,9 +2,9 @@
 
 Every node has a real :class:`NodeAgent` (simulated GPUs) and a :class:`SimNode` (kubelet stand-in
 plus pod lifecycle) talking real gRPC over unix sockets; all agents share one NATS connection and
-one Kubernetes client, and one :class:`MonitorApp` (sim source) covers every node. For tests it
-answers ``gpubus.query.sim.<node>`` (``{"action": "restart-agent" | "stop-agent" | "start-agent" |
-"restart-kubelet"}``) and writes
+one Kubernetes client, and one :class:`MonitorApp` (sim source) covers every node; its /metrics
+also counts the kubelets' events. For tests it answers ``gpubus.query.sim.<node>``
+(``{"action": "restart-agent" | "stop-agent" | "start-agent" | "restart-kubelet"}``) and writes
 what each kubelet received from Allocate to a JSON-lines file.
 
 Composition only: the parts live in ``services/node_agent``, ``services/sim`` and ``services/monitor``.
@@ -17,7 +17,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -29,6 +29,7 @@ from services.monitor.settings import MonitorSettings
 from services.node_agent.app import NodeAgent
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource, build_devices
+from services.sim.event_metrics import RecorderStatsCollector
 from services.sim.events import RecorderSettings
 from services.sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
 from shared.bus import Bus, BusSettings
@@ -64,6 +65,18 @@ def _has_devices(sim: SimNode) -> Callable[[], bool]:
 
 def control_subject(node: str) -> str:
     return f"gpubus.query.sim.{node_token(node)}"
+
+
+def build_monitor(spec: NodesSpec, names: list[str], bus: Bus | None,
+                  sims: Mapping[str, SimNode]) -> MonitorApp:
+    """The monitor of every node; its /metrics also counts the kubelets' events
+    (``gpubus_sim_events_*_total``, summed over ``sims``)."""
+    monitor = MonitorApp.build(MonitorSettings(
+        nodes=tuple(names), sources=("sim",), metrics_bind="127.0.0.1",
+        metrics_port=spec.metrics_port, interval_s=spec.monitor_interval_s,
+        publish_interval_s=spec.monitor_interval_s, cleanup_interval_s=0), bus)
+    monitor.registry.register(RecorderStatsCollector(lambda: [sim.events.stats for sim in sims.values()]))
+    return monitor
 
 
 class SimCluster:
@@ -126,10 +139,7 @@ class SimCluster:
             await sim.kubelet.wait_for(_has_devices(sim), timeout=60.0)
             await asyncio.wait_for(sim.synced.wait(), 60.0)
             log.debug("node %s registered", node)
-        self.monitor = MonitorApp.build(MonitorSettings(
-            nodes=tuple(self.names), sources=("sim",), metrics_bind="127.0.0.1",
-            metrics_port=self.spec.metrics_port, interval_s=self.spec.monitor_interval_s,
-            publish_interval_s=self.spec.monitor_interval_s, cleanup_interval_s=0), self.bus)
+        self.monitor = build_monitor(self.spec, self.names, self.bus, self.sims)
         await self.monitor.start()
 
     async def _stop_agent(self, node: str) -> None:

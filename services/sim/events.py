@@ -30,11 +30,12 @@ import contextlib
 import logging
 import random
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from services.sim import rfc3339
 from shared.kube_errors import KubeError, KubeUnavailable, NotFound
 from shared.kube_types import Event, EventSource, EventType, ObjectReference
 
@@ -69,17 +70,12 @@ def pod_reference(pod: Mapping[str, Any], field_path: str = "") -> ObjectReferen
     return ref
 
 
-def timestamp(ns: int) -> str:
-    """An RFC 3339 time to the second, as ``metav1.Time`` is written."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
-
-
 def build_event(
     source: EventSource, involved: ObjectReference, type_: EventType, reason: str, message: str, *,
     now_ns: int,
 ) -> Event:
     """One new event, as client-go's recorder makes it before correlation."""
-    at = timestamp(now_ns)
+    at = rfc3339.format_time(now_ns)
     return {"apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{involved.get('name', '')}.{now_ns:x}",
                          "namespace": involved.get("namespace") or "default"},
@@ -267,10 +263,9 @@ class EventRecorder:
         self.stats = RecorderStats()
         self._clock = clock
         self._correlator = Correlator(self.settings.correlator)
-        self._queue: deque[Correlated] = deque()
-        self._ready = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._queue: asyncio.Queue[Correlated] = asyncio.Queue()
+        self._writing = 0
+        """1 while :meth:`run` writes an event: it still counts against ``queue_limit``."""
 
     def wants(self, type_: EventType) -> bool:
         """Whether events of this type are recorded: callers skip building the ones that are not."""
@@ -290,33 +285,29 @@ class EventRecorder:
             return
         if result is None:
             self.stats.spam += 1
-        elif len(self._queue) >= self.settings.queue_limit:
+        elif self._queue.qsize() + self._writing >= self.settings.queue_limit:
             self.stats.dropped += 1
             log.debug("event queue full: %s %s about %s dropped", type_, reason, involved.get("name"))
         else:
-            self._queue.append(result)
-            self._idle.clear()
-            self._ready.set()
+            self._queue.put_nowait(result)
 
     async def drained(self) -> None:
         """Wait until every queued event has been written or given up."""
-        await self._idle.wait()
+        await self._queue.join()
 
     async def run(self) -> None:
         """Write queued events in order, forever. One event's failure never ends it."""
         while True:
-            if not self._queue:
-                self._idle.set()
-                self._ready.clear()
-                await self._ready.wait()
-                continue
-            item = self._queue[0]
+            item = await self._queue.get()
+            self._writing = 1
             try:
                 await self._write(item)
             except Exception:
                 log.exception("event %s not written", item.event["metadata"]["name"])
                 self.stats.failed += 1
-            self._queue.popleft()
+            finally:
+                self._writing = 0
+                self._queue.task_done()
 
     async def _write(self, item: Correlated) -> None:
         for attempt in range(1, self.settings.max_tries + 1):

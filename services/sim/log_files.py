@@ -1,4 +1,5 @@
-"""The pod log directory of the simulated kubelets: write a container's log file, read it, remove a pod's.
+"""The pod log directory of the simulated kubelets: write a container's log file, read it, remove a pod's,
+empty the directory.
 
 The layout and the CRI line format are ``pod_logs``'s; this module only touches files, cheaply, since
 every simulated pod goes through it (``bench/e2e.py`` starts hundreds a second): a container's start
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -60,6 +62,12 @@ class PodLogFiles:
                 os.rmdir(pod / container)
         with contextlib.suppress(OSError):
             os.rmdir(pod)
+
+    def clear(self) -> None:
+        """Every pod's logs gone, the directory left empty (made if missing). For a start: the pods
+        they belonged to lived in an API server stand-in's memory and are gone with it."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def read(self, relative: str, offset: int = 0) -> bytes:
         """The log's bytes from ``offset``; FileNotFoundError if there is no such log."""

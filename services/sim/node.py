@@ -21,7 +21,6 @@ it knows nothing about gpubus's services, the bus or the scheduler.
 from __future__ import annotations
 
 import asyncio
-import calendar
 import contextlib
 import logging
 import re
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from services.sim import pod_logs
+from services.sim import pod_logs, rfc3339
 from services.sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference
 from services.sim.kubelet import AdmissionError, ContainerAllocation, SimContainer, SimKubelet, SimPod
 from services.sim.log_files import PodLogFiles
@@ -129,15 +128,13 @@ def sim_pod(pod: Pod, resource: str) -> SimPod:
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return rfc3339.format_time(time.time_ns())
 
 
-def _parse_time(text: str | None) -> float:
-    """RFC 3339 ``...Z`` -> unix seconds; now when absent or malformed."""
-    try:
-        return calendar.timegm(time.strptime(text or "", "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return time.time()
+def _started_s(text: str | None) -> float:
+    """When a pod started, unix seconds, from its ``startTime``; now when absent or malformed."""
+    ns = rfc3339.parse_ns(text or "")
+    return time.time() if ns is None else ns / rfc3339.NS_PER_S
 
 
 def _conditions(ready: bool, now: str) -> list[dict[str, str]]:
@@ -341,7 +338,7 @@ class SimNode:
         duration = parse_duration(annotations.get(DURATION_ANNOTATION), self.settings.default_duration_s)
         if duration is None:
             return
-        started = _parse_time((pod.get("status") or {}).get("startTime"))
+        started = _started_s((pod.get("status") or {}).get("startTime"))
         await asyncio.sleep(max(0.0, started + duration - time.time()))
         self._log_exited(simpod)
         await self._patch(simpod, succeeded_status(simpod))

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 import uuid
-from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from services.sim import rfc3339
 from services.sim.errors import ApiError
 
 Obj = dict[str, Any]
@@ -48,7 +49,8 @@ def spec_defaults(spec: Obj) -> dict[str, Any]:
 
 
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time to the second, as the API server stamps objects (``metav1.Time``)."""
+    return rfc3339.format_time(time.time_ns())
 
 
 def check_name(resource: str, name: str) -> None:

@@ -20,13 +20,12 @@ Knows no HTTP, files or clock: callers pass bytes and the time. Messages are the
 
 from __future__ import annotations
 
-import calendar
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from services.sim import rfc3339
 from services.sim.errors import ApiError
 from services.sim.pod_update import FieldError, forbidden, invalid
 
@@ -40,11 +39,8 @@ LIBVGPU = "libvgpu.so"
 
 STDOUT = "stdout"
 _STREAMS = frozenset({b"stdout", b"stderr"})
-_NS = 1_000_000_000
 _INT64 = (-(2**63), 2**63 - 1)
 _INT = re.compile(r"[+-]?[0-9]+")
-_RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})"
-                      r"(?:\.([0-9]{1,9}))?(?:[Zz]|([+-])([0-9]{2}):([0-9]{2}))")
 _GO_RFC3339 = "2006-01-02T15:04:05Z07:00"
 #: A path part the layout may hold: a DNS name or a uid (never '/', '..' or a NUL byte).
 _PART = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,252})")
@@ -107,36 +103,10 @@ def _checked(part: str) -> str:
     return part
 
 
-def rfc3339_nano(time_ns: int) -> str:
-    """Go's ``time.RFC3339Nano`` in UTC, the fraction's trailing zeros dropped (as containerd writes it)."""
-    seconds, nanos = divmod(time_ns, _NS)
-    fraction = f"{nanos:09d}".rstrip("0")
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + (f".{fraction}Z" if fraction else "Z")
-
-
-def _fixed_nano(time_ns: int) -> bytes:
-    """The kubelet's ``timestamps=true`` prefix: always nine fraction digits."""
-    seconds, nanos = divmod(time_ns, _NS)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{nanos:09d}Z".encode()
-
-
 def cri_lines(time_ns: int, lines: Iterable[str], stream: str = STDOUT) -> bytes:
     """One whole-line (``F``) CRI record per line of output, all at ``time_ns``."""
-    stamp = rfc3339_nano(time_ns)
+    stamp = rfc3339.format_nano(time_ns)
     return "".join(f"{stamp} {stream} F {part}\n" for line in lines for part in line.split("\n")).encode()
-
-
-def parse_time(text: str) -> int | None:
-    """RFC 3339 with an optional fraction (Go's ``time.Parse(time.RFC3339Nano, ...)``) -> unix ns."""
-    m = _RFC3339.fullmatch(text)
-    if m is None:
-        return None
-    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 60):
-        return None
-    offset = 0 if m.group(8) is None else (int(m.group(9)) * 60 + int(m.group(10))) * 60
-    seconds = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - (offset if m.group(8) == "+" else -offset)
-    return seconds * _NS + int((m.group(7) or "").ljust(9, "0"))
 
 
 def parse_cri(line: bytes) -> CriLine | None:
@@ -144,7 +114,7 @@ def parse_cri(line: bytes) -> CriLine | None:
     parts = line.split(b" ", 3)
     if len(parts) < 3 or parts[1] not in _STREAMS:
         return None
-    stamp = parse_time(parts[0].decode("ascii", "replace"))
+    stamp = rfc3339.parse_ns(parts[0].decode("ascii", "replace"))
     tag = parts[2].split(b":", 1)[0]
     if stamp is None or tag not in (b"F", b"P"):
         return None
@@ -249,7 +219,7 @@ def _int64(text: str | None) -> int | None:
 
 
 def _time(text: str) -> int:
-    parsed = parse_time(text)
+    parsed = rfc3339.parse_ns(text)
     if parsed is None:
         raise ApiError.bad_request(f'parsing time "{text}" as "{_GO_RFC3339}": not an RFC 3339 time')
     return parsed
@@ -336,7 +306,7 @@ def _readable(found: Mapping[str, Any], container: str, pod: str, previous: bool
 def since_cutoff(options: LogOptions, now_ns: int) -> int | None:
     """The earliest record time to send (None: all), fixed when the request arrives."""
     if options.since_seconds is not None:
-        return now_ns - options.since_seconds * _NS
+        return now_ns - options.since_seconds * rfc3339.NS_PER_S
     return options.since_time_ns
 
 
@@ -357,7 +327,7 @@ def select(data: bytes, *, cutoff_ns: int | None, tail_lines: int | None, timest
         if record is None or (cutoff_ns is not None and record.time_ns < cutoff_ns):
             continue
         if timestamps:
-            out.append(_fixed_nano(record.time_ns) + b" ")
+            out.append(rfc3339.format_nano_fixed(record.time_ns).encode() + b" ")
         out.append(record.text + b"\n" if record.full else record.text)
     return b"".join(out)
 

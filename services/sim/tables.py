@@ -8,10 +8,11 @@ no I/O.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
+from services.sim import rfc3339
 from services.sim.errors import ApiError
 
 Obj = dict[str, Any]
@@ -21,12 +22,24 @@ def wants_table(accept: str) -> bool:
     return "as=Table" in accept
 
 
+def _seconds_since(timestamp: str) -> float | None:
+    """How long ago an RFC 3339 time was, seconds; None if it is not one."""
+    then = rfc3339.parse_ns(timestamp)
+    return None if then is None else (time.time_ns() - then) / rfc3339.NS_PER_S
+
+
 def _age(obj: Obj) -> str:
+    """The AGE column: the object's ``creationTimestamp`` as :func:`short_duration`."""
     created = obj.get("metadata", {}).get("creationTimestamp")
-    if not created:
+    if not isinstance(created, str) or not created:
         return "<unknown>"
-    seconds = int((datetime.now(UTC) - datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC))
-                  .total_seconds())
+    seconds = _seconds_since(created)
+    return "<invalid>" if seconds is None else short_duration(int(seconds))
+
+
+def short_duration(seconds: int) -> str:
+    """The AGE column's coarse durations: a count of the largest unit that fits twice (``119s``,
+    ``2m``, ``119m``, ``2h``, ``47h``, ``2d``); a time in the future reads ``0s``."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size * 2:
             return f"{seconds // size}{unit}"
@@ -85,13 +98,8 @@ def _since(timestamp: Any) -> str | None:
     """How long ago an RFC 3339 time was (``...Z``, with or without fractions); None if absent."""
     if not isinstance(timestamp, str) or not timestamp:
         return None
-    try:
-        then = datetime.fromisoformat(timestamp)
-    except ValueError:
-        return "<invalid>"
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=UTC)
-    return human_duration((datetime.now(UTC) - then).total_seconds())
+    seconds = _seconds_since(timestamp)
+    return "<invalid>" if seconds is None else human_duration(seconds)
 
 
 def _event_cells(event: Obj) -> list[Any]:

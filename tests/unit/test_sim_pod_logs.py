@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from services.node_agent.allocate import AllocateConfig, build_container_response
-from services.sim import pod_logs
+from services.sim import pod_logs, rfc3339
 from services.sim.errors import ApiError
 from services.sim.log_files import PodLogFiles
 from services.sim.pod_logs import LogOptions, LogTarget
@@ -45,13 +45,13 @@ T0 = 1_767_225_600 * NS  # 2026-01-01T00:00:00Z
     (T0 + 1_000, "2026-01-01T00:00:00.000001Z"),
 ])
 def test_record_times_are_go_rfc3339nano_and_read_back(time_ns: int, text: str) -> None:
-    assert pod_logs.rfc3339_nano(time_ns) == text
-    assert pod_logs.parse_time(text) == time_ns
+    assert rfc3339.format_nano(time_ns) == text
+    assert rfc3339.parse_ns(text) == time_ns
 
 
 def test_a_time_with_an_offset_reads_as_the_same_instant() -> None:
-    assert pod_logs.parse_time("2026-01-01T02:00:00.25+02:00") == T0 + 250_000_000
-    assert pod_logs.parse_time("2025-12-31T23:00:00-01:00") == T0
+    assert rfc3339.parse_ns("2026-01-01T02:00:00.25+02:00") == T0 + 250_000_000
+    assert rfc3339.parse_ns("2025-12-31T23:00:00-01:00") == T0
 
 
 def test_each_line_is_one_whole_stdout_record() -> None:

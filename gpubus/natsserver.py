@@ -9,6 +9,7 @@ It knows nothing about gpubus events or services.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -50,10 +51,35 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+#: Linux names its ephemeral range here; elsewhere (macOS, BSD) IANA's 49152-65535 is assumed.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000
+"""Below this, well-known and registered services (databases, dev servers) crowd; not chosen."""
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out to outgoing connections."""
+    try:
+        low, high = (int(p) for p in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 49152, 65535
+    return range(low, high + 1)
+
+
+def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
+    """A port nothing listens on now, below the ephemeral range.
+
+    Not ``bind(0)``: that port comes from the range the kernel gives outgoing connections, and
+    between choosing it and a child binding it, any client (the simulator alone opens 100 watches)
+    may take it as its own end, or a restarted server find it taken.
+    """
+    top = max(_LOWEST_PORT + 1, ephemeral_ports().start)
+    rng = random.SystemRandom()
+    for _ in range(attempts):
+        port = rng.randrange(_LOWEST_PORT, top)
+        if port_is_free(port, host):
+            return port
+    raise NatsServerError(f"no free port found in {_LOWEST_PORT}-{top - 1} after {attempts} tries")
 
 
 def _greets(host: str, port: int) -> bool:

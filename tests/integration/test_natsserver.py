@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
+from gpubus import natsserver
 from gpubus.natsserver import EmbeddedNats, NatsServerError
 
 
@@ -37,3 +39,19 @@ def test_the_server_runs_one_go_thread_unless_the_caller_chose(
     with EmbeddedNats(tmp_path / "b", port=0) as server:
         assert server.pid is not None
         assert _environ(server.pid)["GOMAXPROCS"] == "3"
+
+
+def test_free_ports_lie_below_the_range_outgoing_connections_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    ephemeral = natsserver.ephemeral_ports()
+    chosen = {natsserver.free_port() for _ in range(50)}
+    assert all(natsserver.port_is_free(p) for p in chosen)
+    assert all(10000 <= p < ephemeral.start for p in chosen)
+    # a port somebody listens on is never chosen: with only one candidate left, it is refused
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        taken = listener.getsockname()[1]
+        monkeypatch.setattr(natsserver, "_LOWEST_PORT", taken)
+        monkeypatch.setattr(natsserver, "ephemeral_ports", lambda: range(taken + 1, 65536))
+        with pytest.raises(NatsServerError, match=f"no free port found in {taken}-{taken}"):
+            natsserver.free_port(attempts=5)

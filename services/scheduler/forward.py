@@ -4,7 +4,8 @@ The chart runs kube-scheduler next to every replica, calling its local extender;
 leader election is independent of ours, so a standby can receive ``/bind``. Only the leader binds,
 so it serves core request/reply on :data:`BIND_SUBJECT` (in a queue group: one replica answers
 even while two briefly think they lead) and a standby sends the ``ExtenderBindingArgs`` there
-and relays the ``ExtenderBindingResult``. No leader, none answering in time, or a leader whose bind
+and relays the ``ExtenderBindingResult``, asking again while none serves (a failover). No leader
+within the budget, none answering in time, or a leader whose bind
 failed with an exception (an error reply, not silence) is a clear Error.
 
 Must not know HTTP, Fit or the ledger: the leader's local bind is handed in as a callable.
@@ -12,6 +13,7 @@ Must not know HTTP, Fit or the ledger: the leader's local bind is handed in as a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -19,12 +21,14 @@ import orjson
 
 from services.scheduler.errors import ExtenderInputError
 from services.scheduler.wire import BindingArgs, ExtenderBindingResult, load_body, parse_binding_args
-from shared.bus import Bus, QueryFailed, Service
+from shared.bus import Bus, NoResponders, QueryFailed, Service
 from shared.errors import BusUnavailable
 
 log = logging.getLogger(__name__)
 
 BIND_SUBJECT = "gpubus.query.scheduler.bind"
+#: How often a standby asks again while no replica serves forwarded binds (a failover).
+RETRY_S = 0.1
 _QUEUE = "gpubus-scheduler-leader"
 
 #: A bind done here: ``(outcome label, Error string)``, "" meaning bound.
@@ -78,9 +82,24 @@ class BindForwarder:
         return _result(error)
 
     async def forward(self, args: BindingArgs) -> tuple[str, str]:
-        """Have the leader bind; ``(outcome, Error)`` with a clear Error when no leader answers."""
+        """Have the leader bind; ``(outcome, Error)`` with a clear Error when no leader answers.
+
+        While no replica serves (a failover: the new leader has the lease, or is about to, and
+        subscribes next), the request is sent again every :data:`RETRY_S` within the same budget:
+        the bind waits for the new leader instead of failing at once and going round again.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s
         try:
-            reply = await self._bus.request(BIND_SUBJECT, encode_args(args), timeout=self._timeout_s)
+            while True:
+                try:
+                    reply = await self._bus.request(BIND_SUBJECT, encode_args(args),
+                                                    timeout=max(deadline - loop.time(), 0.001))
+                    break
+                except NoResponders:
+                    if loop.time() + RETRY_S >= deadline:
+                        raise
+                    await asyncio.sleep(RETRY_S)
         except QueryFailed as e:
             log.warning("bind %s/%s: the leader failed the forwarded bind: %s",
                         args.pod_namespace, args.pod_name, e)

@@ -6,7 +6,7 @@ Callers see only :mod:`shared.errors` types, never nats-py exceptions.
 
 from shared.bus.client import Bus, QueryHandler, Service
 from shared.bus.consumer import ConsumerOptions, DecodeErrorHandler, Deliver, Handler, Subscription
-from shared.bus.errors import EventRefused, InvalidKey, QueryFailed
+from shared.bus.errors import EventRefused, InvalidKey, NoResponders, QueryFailed
 from shared.bus.fanout import ANY, Fanout, Route
 from shared.bus.kv import KV, Entry, Snapshot, Watch, WatchCallback
 from shared.bus.lease import Lease, OwnerCheck
@@ -34,6 +34,7 @@ __all__ = [
     "Handler",
     "InvalidKey",
     "Lease",
+    "NoResponders",
     "OwnerCheck",
     "QueryFailed",
     "QueryHandler",

@@ -238,8 +238,8 @@ class Bus:
 
     # -- queries --------------------------------------------------------------------------
     async def request(self, subject: str, payload: bytes, timeout: float = 1.0) -> bytes:  # noqa: ASYNC109
-        """Core request/reply (``gpubus.query.>``); BusUnavailable on no responder or timeout,
-        QueryFailed when the responder answered that its handler failed."""
+        """Core request/reply (``gpubus.query.>``); NoResponders when nothing serves the subject,
+        BusUnavailable on a timeout, QueryFailed when the responder answered that its handler failed."""
         with translated(f"request {subject}"):
             msg = await self.nc.request(subject, payload, timeout=timeout)
         if msg.headers and SERVICE_ERROR in msg.headers:
@@ -249,7 +249,9 @@ class Bus:
 
     async def serve(self, subject: str, handler: QueryHandler, *, queue: str | None = None) -> Service:
         """Answer requests on ``subject``. A handler that raises is logged and counted, and the
-        requester gets an error reply at once (NATS micro's headers) instead of waiting out its timeout."""
+        requester gets an error reply at once (NATS micro's headers) instead of waiting out its timeout.
+        A requester may meet NoResponders for a moment after this returns (the server has not
+        matched the new subscription yet): one that must reach the service asks again."""
         async def on_request(msg: Msg) -> None:
             try:
                 reply = await handler(msg.data)

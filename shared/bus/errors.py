@@ -1,8 +1,9 @@
 """The one place where nats-py exceptions become gpubus errors (``raise ... from e``).
 
-Callers of the bus see only :mod:`shared.errors` types: ``BusUnavailable`` (retry later),
-``CasConflict`` (someone else wrote first), ``QueryFailed`` (a responder failed a request),
-``InvalidKey`` and ``EventRefused`` (bad input, never retry).
+Callers of the bus see only :mod:`shared.errors` types: ``BusUnavailable`` (retry later; its
+``NoResponders``: a request nobody serves now), ``CasConflict`` (someone else wrote first),
+``QueryFailed`` (a responder failed a request), ``InvalidKey`` and ``EventRefused`` (bad input,
+never retry).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
 
 class InvalidKey(BadInput):
     """A KV key outside ``[-/_=.a-zA-Z0-9]+``."""
+
+
+class NoResponders(BusUnavailable):
+    """Nothing subscribes to a request's subject right now: NATS said so at once, nothing was sent.
+
+    A responder that is about to subscribe (a replica taking over) may answer a retry."""
 
 
 class QueryFailed(GpubusError):
@@ -62,6 +69,8 @@ def translated(what: str) -> Iterator[None]:
         if e.err_code in WRONG_LAST_SEQUENCE:
             raise CasConflict(f"{what}: revision changed concurrently") from e
         raise BusUnavailable(f"{what}: {_detail(e)}") from e
+    except nats.errors.NoRespondersError as e:
+        raise NoResponders(f"{what}: no responder is subscribed") from e
     except (nats.errors.Error, TimeoutError, OSError) as e:
         raise BusUnavailable(f"{what}: {_detail(e)}") from e
 

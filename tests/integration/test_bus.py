@@ -20,7 +20,7 @@ from asyncwait import wait_until
 from conftest import bus_settings
 from natsproc import NatsServerProcess
 
-from shared.bus import ANY, Bus, BusSettings, ConsumerOptions, Entry, QueryFailed
+from shared.bus import ANY, Bus, BusSettings, ConsumerOptions, Entry, NoResponders, QueryFailed
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
 from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
 
@@ -447,7 +447,7 @@ async def test_request_reply_and_no_responder(bus: Bus) -> None:
     service = await bus.serve("gpubus.query.node.n1", echo)
     assert await bus.request("gpubus.query.node.n1", b"hi") == b"re:hi"
     await service.stop()
-    with pytest.raises(BusUnavailable):
+    with pytest.raises(NoResponders, match="no responder is subscribed"):
         await bus.request("gpubus.query.node.nobody", b"hi", timeout=0.5)
 
 

@@ -33,8 +33,9 @@ from scheduler_harness import (
 )
 
 from services.scheduler.app import SchedulerApp
-from services.scheduler.forward import BIND_SUBJECT
+from services.scheduler.forward import BIND_SUBJECT, BindForwarder
 from services.scheduler.leases import device_counts
+from services.scheduler.wire import BindingArgs
 from services.sim.apiserver import SimApiServer
 from shared.bus import Bus, Subscription
 from shared.events import AllocationDecided, Event
@@ -310,3 +311,27 @@ async def test_after_failover_the_old_standby_serves_forwarded_binds(
     [pod] = await create_pods(kube, "after")
     assert await schedulers.bind(standby, pod) == ""
     assert leader.ledger.entry(pod["metadata"]["uid"]) is not None
+
+
+async def test_a_forwarded_bind_waits_for_a_leader_still_subscribing(bus: Bus) -> None:
+    """A failover: the new leader subscribes after it has the lease. Nothing serves the subject for
+    that moment (NATS answers "no responders" at once); the standby asks again within its budget
+    instead of failing the bind at once."""
+    standby = BindForwarder(bus, timeout_s=10.0, leader_name=lambda: "next")
+    args = BindingArgs(pod_name="p", pod_namespace="default", pod_uid="uid-1", node="n1")
+    forwarded = asyncio.create_task(standby.forward(args))
+    await asyncio.sleep(0.35)  # a few tries, each into no responder
+    assert not forwarded.done()
+    served: list[BindingArgs] = []
+
+    async def local_bind(got: BindingArgs) -> tuple[str, str]:
+        served.append(got)
+        return "bound", ""
+
+    leader = BindForwarder(bus, timeout_s=1.0, leader_name=lambda: None)
+    await leader.serve(local_bind)
+    try:
+        assert await asyncio.wait_for(forwarded, 5.0) == ("forwarded", "")
+    finally:
+        await leader.stop()
+    assert served == [args]

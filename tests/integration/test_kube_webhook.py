@@ -43,6 +43,20 @@ def pod() -> Pod:
                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
 
 
+async def refused_create(tmp_path: Path, webhook: Webhook) -> KubeRejected:
+    """Create a pod through ``webhook``, which must refuse it; nothing may be stored."""
+    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
+                                                      ca_bundle=webhook.ca_pem))
+    try:
+        with pytest.raises(KubeRejected) as info:
+            await kube.create_pod("default", pod())
+        assert (await kube.list_pods())[0] == []
+    finally:
+        await kube.close()
+        await api.stop()
+    return info.value
+
+
 async def test_webhook_patch_is_applied_on_create(tmp_path: Path, webhook: Webhook) -> None:
     api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
                                                       ca_bundle=webhook.ca_pem))
@@ -79,17 +93,9 @@ async def test_webhook_receives_a_real_admission_review(tmp_path: Path, webhook:
 async def test_webhook_denial_refuses_the_create_with_its_message(tmp_path: Path, webhook: Webhook) -> None:
     webhook.answer = lambda req: {"uid": req["uid"], "allowed": False,
                                   "status": {"code": 400, "message": "gpumem must be positive"}}
-    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
-                                                      ca_bundle=webhook.ca_pem))
-    try:
-        with pytest.raises(KubeRejected) as info:
-            await kube.create_pod("default", pod())
-        assert (await kube.list_pods())[0] == []
-    finally:
-        await kube.close()
-        await api.stop()
-    assert info.value.code == 400
-    assert 'admission webhook "vgpu.gpubus.io" denied the request: gpumem must be positive' in str(info.value)
+    rejected = await refused_create(tmp_path, webhook)
+    assert rejected.code == 400
+    assert 'admission webhook "vgpu.gpubus.io" denied the request: gpumem must be positive' in str(rejected)
 
 
 async def test_webhook_down_with_fail_policy_refuses_the_create(tmp_path: Path) -> None:
@@ -173,17 +179,9 @@ async def test_a_pod_a_webhooks_patch_leaves_malformed_is_refused_and_not_stored
     tmp_path: Path, webhook: Webhook, ops: list[dict[str, Any]], code: int, message: str
 ) -> None:
     webhook.answer = answering_with(ops)
-    api, kube = await cluster(tmp_path, WebhookConfig(name="vgpu.gpubus.io", url=webhook.url,
-                                                      ca_bundle=webhook.ca_pem))
-    try:
-        with pytest.raises(KubeRejected) as info:
-            await kube.create_pod("default", pod())
-        assert (await kube.list_pods())[0] == []
-    finally:
-        await kube.close()
-        await api.stop()
-    assert info.value.code == code
-    assert message in str(info.value)
+    rejected = await refused_create(tmp_path, webhook)
+    assert rejected.code == code
+    assert message in str(rejected)
 
 
 @pytest.mark.parametrize("reply", [b"not json",

@@ -2,20 +2,17 @@
 ``gpubus_sim_events_<field>_total``.
 
 Events are the stand-ins' cost, not gpubus's, and a recorder drops them quietly (queue full, spam
-filter, given up): these counters say how many went which way. A custom collector reads them at
-each scrape, summed over every recorder of the process (one per simulated kubelet), so a recorder
-never touches a registry. It must not know which process serves it.
+filter, given up): these counters say how many went which way. Read at each scrape
+(:class:`StatsCounters`), summed over every recorder of the process (one per simulated kubelet),
+so a recorder never touches a registry. It must not know which process serves it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Iterator
-
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
+from collections.abc import Callable, Iterable
 
 from services.sim.events import RecorderStats
+from shared.stats_metrics import StatsCounters
 
 PREFIX = "gpubus_sim_events_"
 
@@ -30,29 +27,9 @@ HELP: dict[str, str] = {
 }
 
 
-class RecorderStatsCollector(Collector):
-    """Counters summed over ``recorders()`` at each scrape; zeros while there are none yet, so every
-    series exists from the first scrape."""
+class RecorderStatsCollector(StatsCounters):
+    """Counters summed over ``recorders()`` at each scrape; zeros while there are none yet."""
 
     def __init__(self, recorders: Callable[[], Iterable[RecorderStats]]) -> None:
-        self._recorders = recorders
-
-    def describe(self) -> Iterator[Metric]:
-        """The families without reading the stats (the registry calls this on register)."""
-        for name in _FIELDS:
-            yield CounterMetricFamily(PREFIX + name, _help(name))
-
-    def collect(self) -> Iterator[Metric]:
-        totals = dict.fromkeys(_FIELDS, 0)
-        for stats in self._recorders():
-            for name in _FIELDS:
-                totals[name] += getattr(stats, name)
-        for name, value in totals.items():
-            yield CounterMetricFamily(PREFIX + name, _help(name), value=value)
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(RecorderStats))
-
-
-def _help(name: str) -> str:
-    return HELP.get(name, f"Event recorder counter {name}")
+        super().__init__(prefix=PREFIX, kind=RecorderStats, help=HELP, fallback="Event recorder counter",
+                         read=recorders)

@@ -1,18 +1,15 @@
 """The bus's own counters (:class:`BusStats`) as Prometheus counters ``gpubus_bus_<field>_total``.
 
-A custom collector that reads the counters when scraped, so the bus never touches a registry;
-each service registers one in its own registry. It must not know which service it serves.
+Read when scraped (:class:`StatsCounters`), so the bus never touches a registry; each service
+registers one in its own registry. It must not know which service it serves.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator
-
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
+from collections.abc import Callable
 
 from shared.bus.stats import BusStats
+from shared.stats_metrics import StatsCounters
 
 PREFIX = "gpubus_bus_"
 
@@ -30,26 +27,12 @@ HELP: dict[str, str] = {
 }
 
 
-class BusStatsCollector(Collector):
-    """Counters read from ``stats()`` at each scrape; zeros while it returns None (not connected yet),
-    so every series exists from the first scrape."""
+class BusStatsCollector(StatsCounters):
+    """Counters read from ``stats()`` at each scrape; zeros while it returns None (not connected yet)."""
 
     def __init__(self, stats: Callable[[], BusStats | None]) -> None:
-        self._stats = stats
+        def read() -> list[BusStats]:
+            current = stats()
+            return [] if current is None else [current]
 
-    def describe(self) -> Iterator[Metric]:
-        """The families without reading ``stats`` (the registry calls this on register)."""
-        for name in _FIELDS:
-            yield CounterMetricFamily(PREFIX + name, _help(name))
-
-    def collect(self) -> Iterator[Metric]:
-        current = self._stats() or BusStats()
-        for name in _FIELDS:
-            yield CounterMetricFamily(PREFIX + name, _help(name), value=getattr(current, name))
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(BusStats))
-
-
-def _help(name: str) -> str:
-    return HELP.get(name, f"Bus counter {name}")
+        super().__init__(prefix=PREFIX, kind=BusStats, help=HELP, fallback="Bus counter", read=read)

@@ -263,10 +263,13 @@ class Handoff:
                 return self.table.plan(sizes)
             except AmbiguousDecision:
                 raise
-            except (NoDecision, DecisionMismatch):
+            except (NoDecision, DecisionMismatch) as e:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise
+                    if self._wait_s <= 0:
+                        raise
+                    # the decision travels on NATS, the pod on the API server: say how long it lagged
+                    raise type(e)(f"{e} (waited {self._wait_s:g} s for it)") from None
             self.waiting += 1
             try:
                 await asyncio.wait_for(changed.wait(), remaining)

@@ -88,7 +88,7 @@ async def test_allocate_without_a_decision_fails_with_a_clear_reason(bus: Bus) -
             await r.kubelet.admit(r.pod(decision))
         assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
         await wait_until(lambda: len(r.of(AllocationFailed)) == 1, what="allocation.failed")
-        assert r.of(AllocationFailed)[0].reason == "no allocation decided for this node"
+        assert r.of(AllocationFailed)[0].reason == "no allocation decided for this node (waited 0.2 s for it)"
         assert r.metric("gpubus_node_agent_allocations_total", outcome="no_decision") == 1
 
 

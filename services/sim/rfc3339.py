@@ -48,13 +48,21 @@ def format_nano_fixed(time_ns: int) -> str:
 
 
 def parse_ns(text: str) -> int | None:
-    """Unix nanoseconds; None for anything that is not an RFC 3339 time with a zone."""
+    """Unix nanoseconds; None for anything that is not an RFC 3339 time with a zone (a day or zone
+    offset out of range included), never an exception: the text comes from clients."""
     m = _PATTERN.fullmatch(text)
     if m is None:
         return None
     y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 60):
+    # year 0 is Go's but not Python's calendar; a day past its month's end is refused as Go refuses it
+    if not (y >= 1 and 1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1]
+            and h < 24 and mi < 60 and s < 60):
         return None
-    offset = 0 if m.group(8) is None else (int(m.group(9)) * 60 + int(m.group(10))) * 60
+    offset = 0
+    if m.group(8) is not None:
+        off_h, off_m = int(m.group(9)), int(m.group(10))
+        if off_h >= 24 or off_m >= 60:
+            return None
+        offset = (off_h * 60 + off_m) * 60
     seconds = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) - (offset if m.group(8) == "+" else -offset)
     return seconds * NS_PER_S + int((m.group(7) or "").ljust(9, "0"))

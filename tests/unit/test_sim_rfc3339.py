@@ -60,6 +60,12 @@ def test_reads_any_fraction_and_zone(text: str, time_ns: int) -> None:
     "", "yesterday", "2026-01-01T00:00:00", "2026-01-01", "2026-01-01 00:00:00Z",
     "2026-01-01T00:00:00.1234567890Z", "2026-13-01T00:00:00Z", "2026-01-01T24:00:00Z",
     "2026-01-01T00:60:00Z", "2026-01-01T00:00:00+0200",
+    "0000-01-01T00:00:00Z", "2026-02-29T00:00:00Z", "2026-04-31T00:00:00Z", "2026-01-00T00:00:00Z",
+    "2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00-02:60",
 ])
 def test_what_is_not_an_rfc3339_time_is_none(text: str) -> None:
     assert rfc3339.parse_ns(text) is None
+
+
+def test_a_leap_day_is_a_day() -> None:
+    assert rfc3339.parse_ns("2028-02-29T00:00:00Z") == rfc3339.parse_ns("2028-03-01T00:00:00Z") - 86400 * 10**9

@@ -55,6 +55,8 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST_PORT = 10000
 """Below this, well-known and registered services (databases, dev servers) crowd; not chosen."""
+_MIN_CANDIDATES = 1000
+"""Fewer ports than this below the ephemeral range: fall back to one the kernel picks."""
 
 
 def ephemeral_ports() -> range:
@@ -71,9 +73,15 @@ def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
 
     Not ``bind(0)``: that port comes from the range the kernel gives outgoing connections, and
     between choosing it and a child binding it, any client (the simulator alone opens 100 watches)
-    may take it as its own end, or a restarted server find it taken.
+    may take it as its own end, or a restarted server find it taken. Only where the ephemeral
+    range leaves under :data:`_MIN_CANDIDATES` ports below it is ``bind(0)`` used after all.
     """
-    top = max(_LOWEST_PORT + 1, ephemeral_ports().start)
+    top = ephemeral_ports().start
+    if top - _LOWEST_PORT < _MIN_CANDIDATES:
+        # a host whose ephemeral range starts low (1024-65535) leaves nothing to choose from below it
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
     rng = random.SystemRandom()
     for _ in range(attempts):
         port = rng.randrange(_LOWEST_PORT, top)

@@ -37,7 +37,6 @@ from gpubus.natsserver import (
 from gpubus.stack_datadir import SUBDIRS, DataDirLock, make_dirs
 from gpubus.stack_scratch import pod_log_dir
 from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
-from services.sim.log_files import PodLogFiles
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,10 @@ class Ports:
     @classmethod
     def choose(cls, base: int) -> Ports:
         if base == 0:
-            return cls(**{name: free_port() for name in _OFFSETS})
+            chosen: set[int] = set()
+            while len(chosen) < len(_OFFSETS):  # free_port's picks are independent: keep them distinct
+                chosen.add(free_port())
+            return cls(**dict(zip(_OFFSETS, sorted(chosen), strict=True)))
         ports = cls(**{name: base + off for name, off in _OFFSETS.items()})
         busy = [f"{name} {base + off}" for name, off in _OFFSETS.items() if not port_is_free(base + off)]
         if busy:
@@ -285,8 +287,7 @@ class Stack:
                 shutil.rmtree(self.data_dir / "nats", ignore_errors=True)
             make_dirs(self.data_dir, SUBDIRS)
             self.admissions_log.unlink(missing_ok=True)
-            # the API server starts empty: every pod of an earlier (killed) run, and so every log, is gone
-            PodLogFiles(self.pod_logs).clear()
+            # sim-control (started first, ready before the nodes) empties the pod logs of an earlier run
             self._pod_logs_made = True
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:

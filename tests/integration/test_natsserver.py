@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubus import natsserver
+from gpubus import natsserver, stack
 from gpubus.natsserver import EmbeddedNats, NatsServerError
 
 
@@ -52,6 +52,29 @@ def test_free_ports_lie_below_the_range_outgoing_connections_take(monkeypatch: p
         listener.listen()
         taken = listener.getsockname()[1]
         monkeypatch.setattr(natsserver, "_LOWEST_PORT", taken)
+        monkeypatch.setattr(natsserver, "_MIN_CANDIDATES", 1)
         monkeypatch.setattr(natsserver, "ephemeral_ports", lambda: range(taken + 1, 65536))
         with pytest.raises(NatsServerError, match=f"no free port found in {taken}-{taken}"):
             natsserver.free_port(attempts=5)
+
+
+def test_a_host_whose_ephemeral_range_starts_low_gets_a_port_from_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    low = tmp_path / "ip_local_port_range"
+    low.write_text("1024\t65535\n")
+    monkeypatch.setattr(natsserver, "_EPHEMERAL_RANGE", low)
+    assert natsserver.ephemeral_ports() == range(1024, 65536)
+    ports = {natsserver.free_port() for _ in range(20)}
+    assert len(ports) > 1  # not the one port left below the range, every time
+    assert all(natsserver.port_is_free(p) for p in ports)
+    low.write_text("garbage")  # unreadable: IANA's range is assumed
+    assert natsserver.ephemeral_ports() == range(49152, 65536)
+
+
+def test_stack_ports_chosen_from_independent_picks_are_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
+    picks = iter([20001, 20001, 20002, 20002, 20003, 20001, 20004])
+    monkeypatch.setattr(stack, "free_port", lambda: next(picks))
+    ports = stack.Ports.choose(0)
+    chosen = (ports.apiserver, ports.webhook, ports.scheduler, ports.monitor)
+    assert sorted(chosen) == [20001, 20002, 20003, 20004]

@@ -7,15 +7,13 @@ the owner's ``on_fatal`` so the service stops instead of limping (style: structu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-log = logging.getLogger(__name__)
+from shared.tasks import cancel_and_wait
 
-#: A task not ended this long after its cancel is cancelled again, seconds.
-_RECANCEL_S = 0.5
+log = logging.getLogger(__name__)
 
 
 class TaskSet:
@@ -50,19 +48,7 @@ class TaskSet:
         """Cancel every task and wait for all of them to end.
 
         A cancel can be lost (Python 3.11's ``asyncio.wait_for`` drops one that races the result
-        it awaited), so a task still running after a short wait is cancelled again.
+        it awaited), so a task still running after a short wait is cancelled again
+        (:func:`shared.tasks.cancel_and_wait`); a cancel of the caller is raised, not swallowed.
         """
-        tasks = list(self._tasks)
-        pending = set(tasks)
-        rounds = 0
-        while pending:
-            for task in pending:
-                task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=_RECANCEL_S)
-            rounds += 1
-            if pending and rounds % 20 == 0:
-                log.warning("%s: %d tasks still ending: %s", self._owner, len(pending),
-                            sorted(t.get_name() for t in pending))
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks, log_errors=False)  # _done logged any error

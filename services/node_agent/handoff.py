@@ -269,7 +269,8 @@ class Handoff:
                     if self._wait_s <= 0:
                         raise
                     # the decision travels on NATS, the pod on the API server: say how long it lagged
-                    raise type(e)(f"{e} (waited {self._wait_s:g} s for it)") from None
+                    e.args = (f"{e} (waited {self._wait_s:g} s for it)",)
+                    raise
             self.waiting += 1
             try:
                 await asyncio.wait_for(changed.wait(), remaining)

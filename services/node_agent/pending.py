@@ -217,11 +217,11 @@ class PendingTable:
         if len(slots) == 1:
             raise DecisionMismatch(
                 f"device count {size} does not match the decision {slots[0].size} for pod {slots[0].pod},"
-                " the only one pending on this node: the pod being admitted has no decision here"
+                " the only one pending on this node (the pod being admitted may have none here yet)"
             )
         wants = ", ".join(sorted(f"{s.pod} wants {s.size}" for s in slots))
         raise DecisionMismatch(f"device count {size} matches no decision pending on this node ({wants}):"
-                               " the pod being admitted has no decision here")
+                               " the pod being admitted may have none here yet")
 
     def mark(self, slot: Slot, device_ids: Sequence[str]) -> Completed | None:
         """Record that ``slot`` was answered; returns the pod when it was its last GPU container."""

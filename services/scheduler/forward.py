@@ -90,10 +90,11 @@ class BindForwarder:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout_s
+        payload = encode_args(args)
         try:
             while True:
                 try:
-                    reply = await self._bus.request(BIND_SUBJECT, encode_args(args),
+                    reply = await self._bus.request(BIND_SUBJECT, payload,
                                                     timeout=max(deadline - loop.time(), 0.001))
                     break
                 except NoResponders:
@@ -110,7 +111,7 @@ class BindForwarder:
             log.warning("bind %s/%s: no leader answered: %s", args.pod_namespace, args.pod_name, e)
             return "no_leader", (
                 f"this scheduler replica is a standby and no leader answered the forwarded bind on "
-                f"{BIND_SUBJECT} within {self._timeout_s:.0f}s (leader: {leader}); kube-scheduler will retry"
+                f"{BIND_SUBJECT} within {self._timeout_s:g}s (leader: {leader}); kube-scheduler will retry"
             )
         try:
             error = load_body(reply).get("Error", "")

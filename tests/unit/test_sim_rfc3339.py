@@ -68,4 +68,6 @@ def test_what_is_not_an_rfc3339_time_is_none(text: str) -> None:
 
 
 def test_a_leap_day_is_a_day() -> None:
-    assert rfc3339.parse_ns("2028-02-29T00:00:00Z") == rfc3339.parse_ns("2028-03-01T00:00:00Z") - 86400 * 10**9
+    leap, next_day = rfc3339.parse_ns("2028-02-29T00:00:00Z"), rfc3339.parse_ns("2028-03-01T00:00:00Z")
+    assert leap is not None and next_day is not None
+    assert next_day - leap == 86400 * rfc3339.NS_PER_S

@@ -4,8 +4,7 @@ For a pod CREATE the server sends ``{"apiVersion":"admission.k8s.io/v1","kind":"
 "request":{uid, kind, resource, requestKind, requestResource, name ("" with generateName),
 namespace, operation, userInfo, object, oldObject, dryRun, options}}`` to every webhook whose
 ``namespaceSelector``/``objectSelector`` match, in order, applying each returned base64 JSONPatch
-before calling the next, and says what their patches wrote (``Admitted.touched``: the server decodes and
-checks only that again). ``allowed: false`` refuses the create with the webhook's status; a call
+before calling the next. ``allowed: false`` refuses the create with the webhook's status; a call
 that fails (transport, timeout, non-200, malformed review, wrong uid, bad patch) refuses it with
 500 under ``failurePolicy: Fail`` and is skipped under ``Ignore``. One keep-alive HTTPS session
 per webhook; the server's certificate must chain to the configured ``caBundle``. A dry run
@@ -27,8 +26,7 @@ import aiohttp
 import orjson
 
 from services.sim.errors import ApiError, PatchError
-from services.sim.field_validation import Touched
-from services.sim.jsonpatch import apply_json_patch, parse_pointer
+from services.sim.jsonpatch import apply_json_patch
 from services.sim.selectors import structured_selector_matches
 
 log = logging.getLogger(__name__)
@@ -87,14 +85,6 @@ class WebhookConfig:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Admitted:
-    obj: Obj
-    """The object after the webhooks' patches: the very object given when none patched it."""
-    touched: Touched
-    """What their patches wrote or removed (``{}``: nothing); the rest of ``obj`` equals the object given."""
-
-
 class WebhookCallError(Exception):
     """A webhook call did not produce a usable AdmissionReview response."""
 
@@ -131,7 +121,7 @@ def check_dry_run(webhook: WebhookConfig) -> None:
         raise ApiError.bad_request(f'admission webhook "{webhook.name}" does not support dry run')
 
 
-def apply_review_response(obj: Obj, review: Obj, request_uid: str, webhook: str) -> Admitted:
+def apply_review_response(obj: Obj, review: Obj, request_uid: str, webhook: str) -> Obj:
     """The object after one webhook's answer; raises ApiError (denied) or WebhookCallError."""
     response = review.get("response")
     if review.get("apiVersion") != "admission.k8s.io/v1" or review.get("kind") != "AdmissionReview":
@@ -147,44 +137,13 @@ def apply_review_response(obj: Obj, review: Obj, request_uid: str, webhook: str)
                        f'admission webhook "{webhook}" denied the request: {status.get("message", "")}')
     patch = response.get("patch")
     if not patch:
-        return Admitted(obj=obj, touched={})
+        return obj
     if response.get("patchType") != "JSONPatch":
         raise WebhookCallError(f"unsupported patchType {response.get('patchType')!r}")
     try:
-        ops = orjson.loads(base64.b64decode(patch))
-        patched = dict(apply_json_patch(obj, ops))
+        return dict(apply_json_patch(obj, orjson.loads(base64.b64decode(patch))))
     except (PatchError, ValueError) as e:
         raise WebhookCallError(f"JSON patch could not be applied: {e}") from e
-    return Admitted(obj=patched, touched=written(ops))
-
-
-def written(ops: list[Obj]) -> Touched:
-    """What a JSON patch that applied (so well formed) wrote: the keys along each op's ``path`` (and a
-    move's ``from``, which it removes). An index is a key like any other: a list is walked whole where
-    it is met, since an insert or removal moves the elements after it."""
-    touched: dict[str, Touched] = {}
-    for op in ops:
-        if op["op"] == "test":
-            continue  # reads only
-        for pointer in (op["path"], op["from"]) if op["op"] == "move" else (op["path"],):
-            tokens = parse_pointer(pointer)
-            if not tokens:
-                return True  # the whole document
-            node: Touched = touched
-            for token in tokens[:-1]:
-                if node is True:
-                    break  # all below is written already
-                node = node.setdefault(token, {})
-            if node is not True:
-                node[tokens[-1]] = True
-    return touched
-
-
-def union(a: Touched, b: Touched) -> Touched:
-    """What two patches wrote, one after the other (webhooks in turn)."""
-    if a is True or b is True:
-        return True
-    return {**a, **{key: union(a[key], part) if key in a else part for key, part in b.items()}}
 
 
 class AdmissionChain:
@@ -219,8 +178,8 @@ class AdmissionChain:
         return session
 
     async def admit(self, obj: Obj, namespace: str, namespace_labels: dict[str, str], *,
-                    dry_run: bool = False) -> Admitted:
-        touched: Touched = {}
+                    dry_run: bool = False) -> Obj:
+        """``obj`` after every matching webhook's patch (the very object when none patched it)."""
         for webhook in self._webhooks:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             if not structured_selector_matches(webhook.namespace_selector, namespace_labels):
@@ -229,11 +188,10 @@ class AdmissionChain:
                 continue
             if dry_run:
                 check_dry_run(webhook)
-            admitted = await self._call(webhook, obj, namespace, dry_run)
-            obj, touched = admitted.obj, union(touched, admitted.touched)
-        return Admitted(obj=obj, touched=touched)
+            obj = await self._call(webhook, obj, namespace, dry_run)
+        return obj
 
-    async def _call(self, webhook: WebhookConfig, obj: Obj, namespace: str, dry_run: bool) -> Admitted:
+    async def _call(self, webhook: WebhookConfig, obj: Obj, namespace: str, dry_run: bool) -> Obj:
         review = review_request(obj, namespace, dry_run=dry_run)
         try:
             answer = await self._post(webhook, review)
@@ -241,7 +199,7 @@ class AdmissionChain:
         except WebhookCallError as e:
             if webhook.failure_policy == "Ignore":
                 log.warning("webhook %s failed, ignored by failurePolicy: %s", webhook.name, e)
-                return Admitted(obj=obj, touched={})
+                return obj
             raise ApiError.internal(f'failed calling webhook "{webhook.name}": {e}') from e
 
     async def _post(self, webhook: WebhookConfig, review: Obj) -> Obj:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.sim.errors import ApiError
-from services.sim.field_validation import go_quote
+from services.sim.field_errors import go_quote, not_supported
 
 Obj = dict[str, Any]
 
@@ -54,10 +54,8 @@ def unsupported(values: Sequence[str], options_kind: str) -> ApiError:
     """The real 422: ``CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value:
     []string{"x"}: supported values: "All"`` (Go's ``%#v`` of the values), with its cause."""
     shown = "[]string{" + ", ".join(go_quote(value) for value in values) + "}"
-    body = f'Unsupported value: {shown}: supported values: "{ALL}"'
-    cause = {"reason": "FieldValueNotSupported", "message": body, "field": QUERY}
-    return ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: {QUERY}: {body}',
-                    {"group": "meta.k8s.io", "kind": options_kind, "causes": [cause]})
+    error = not_supported(QUERY, shown, go_quote(ALL))
+    return ApiError.invalid_fields(options_kind, "", [error], group="meta.k8s.io")
 
 
 def created(obj: Obj) -> Obj:

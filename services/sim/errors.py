@@ -6,8 +6,10 @@ status code and Status body in one place. Nothing here knows aiohttp.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from services.sim.field_errors import FieldError, aggregate
 from shared.errors import BadInput, GpubusError
 from shared.kube_types import Status
 
@@ -62,6 +64,19 @@ class ApiError(SimError):
     @classmethod
     def invalid(cls, resource: str, name: str, why: str) -> ApiError:
         return cls(422, "Invalid", f'{resource} "{name}" is invalid: {why}', {"name": name, "kind": resource})
+
+    @classmethod
+    def invalid_fields(cls, kind: str, name: str, errors: Sequence[FieldError], group: str = "") -> ApiError:
+        """The real ``errors.NewInvalid``: ``Kind.group "name" is invalid: <errors>`` with one cause each;
+        an empty name, group or kind is left out of the details, as the real JSON omits it."""
+        qualified = f"{kind}.{group}" if group else kind
+        details: dict[str, Any] = {"name": name} if name else {}
+        if group:
+            details["group"] = group
+        if kind:
+            details["kind"] = kind
+        details["causes"] = [error.cause() for error in errors]
+        return cls(422, "Invalid", f'{qualified} "{name}" is invalid: {aggregate(list(errors))}', details)
 
     @classmethod
     def gone(cls, message: str) -> ApiError:

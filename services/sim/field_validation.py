@@ -15,24 +15,17 @@ Pure; no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 import orjson
 
 from services.sim import corev1
 from services.sim.errors import ApiError
+from services.sim.field_errors import go_format, go_quote, invalid_text, not_supported
 
 QUERY = "fieldValidation"
 _SUPPORTED = '"", "Ignore", "Strict", "Warn"'
-_GO_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v",
-               '"': r"\"", "\\": r"\\"}
-
-
-Touched: TypeAlias = "Literal[True] | dict[str, Touched]"
-"""The parts of an object a JSON patch wrote: the keys on its paths, ``True`` for all below a key (or,
-alone, for all of the object)."""
 
 
 class Directive(StrEnum):
@@ -57,25 +50,22 @@ def directive(value: str | None, options_kind: str) -> Directive:
     try:
         return Directive(value)
     except ValueError:
-        body = f"Unsupported value: {go_quote(value)}: supported values: {_SUPPORTED}"
-        cause = {"reason": "FieldValueNotSupported", "message": body, "field": QUERY}
-        raise ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: {QUERY}: {body}',
-                       {"group": "meta.k8s.io", "kind": options_kind, "causes": [cause]}) from None
+        error = not_supported(QUERY, go_quote(value), _SUPPORTED)
+        raise ApiError.invalid_fields(options_kind, "", [error], group="meta.k8s.io") from None
 
 
 def decoded(kind: str, obj: Any, validation: Directive, *, patch: Any = None,
-            strategic: bool = False, touched: Touched | None = None) -> Decoded:
+            strategic: bool = False) -> Decoded:
     """``obj`` (a create's or update's body, or a patched object when ``patch`` is its patch) as the
     decoder keeps it; Strict with unknown fields raises the error of the verb.
 
     A merge or strategic patch (an object) walks only the parts of ``obj`` it touched: the stored
     object had no unknown field, so any comes from the patch, and a status write (two a pod) then
     costs what the patch holds, not the whole pod. A list it touched is walked whole, since merging
-    may have moved its elements; paths are the patched object's, as the real decoder reports them.
-    ``touched`` does the same for what a JSON patch wrote (a webhook's, of an object already decoded)."""
+    may have moved its elements; paths are the patched object's, as the real decoder reports them."""
     unknown: list[str] = []
-    walked = touched if touched is not None else patch
-    kept = _object(obj, corev1.kind_type(kind), "", unknown, walked if isinstance(walked, dict) else _ALL)
+    touched = patch if isinstance(patch, dict) else _ALL
+    kept = _object(obj, corev1.kind_type(kind), "", unknown, touched)
     if unknown and validation is Directive.STRICT:
         if patch is None:
             raise ApiError.bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: '
@@ -92,9 +82,8 @@ def strict_message(unknown: list[str]) -> str:
 def patch_error(unknown: list[str], patch_text: str) -> ApiError:
     """The 422 of a patch that leaves unknown fields: ``field.Invalid("patch", <patch>, <strict error>)``
     in an Invalid Status without group, kind or name, as the real patch handler words it."""
-    body = f"Invalid value: {go_quote(patch_text)}: {strict_message(unknown)}"
-    return ApiError(422, "Invalid", f' "" is invalid: patch: {body}',
-                    {"causes": [{"reason": "FieldValueInvalid", "message": body, "field": "patch"}]})
+    error = invalid_text("patch", go_quote(patch_text), strict_message(unknown))
+    return ApiError.invalid_fields("", "", [error])
 
 
 def warning(path: str) -> str:
@@ -144,54 +133,3 @@ def _object(value: Any, type_: corev1.TypeDef, path: str, unknown: list[str], to
             kept = dict(value) if kept is None else kept
             kept[key] = new
     return value if kept is None else kept
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` of a string: ``"`` and ``\\`` escaped, non-printable characters as escapes."""
-    out = ['"']
-    for ch in text:
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
-    return "".join([*out, '"'])
-
-
-def go_format(value: Any) -> str:
-    """Go's ``%+v`` of a decoded JSON value: ``map[k:v ...]`` with sorted keys, ``[a b]``, bare strings."""
-    if isinstance(value, dict):
-        return "map[" + " ".join(f"{k}:{go_format(value[k])}" for k in sorted(value)) + "]"
-    if isinstance(value, list):
-        return "[" + " ".join(go_format(item) for item in value) + "]"
-    if value is None:
-        return "<nil>"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return _go_float(value)
-    return str(value)
-
-
-def _go_float(value: float) -> str:
-    """``%v`` of a float64 (``'g'``, shortest digits): an exponent below 1e-4 and from 1e6 up."""
-    if value == 0:
-        return "0"
-    digits = Decimal(repr(value)).normalize()
-    sign, numerals, exponent = digits.as_tuple()
-    assert isinstance(exponent, int)
-    mantissa = "".join(map(str, numerals))
-    point = len(mantissa) + exponent  # digits before the decimal point
-    if point - 1 < -4 or point - 1 >= 6:
-        fraction = f".{mantissa[1:]}" if len(mantissa) > 1 else ""
-        text = f"{mantissa[0]}{fraction}e{point - 1:+03d}"
-    elif point <= 0:
-        text = "0." + "0" * -point + mantissa
-    elif point >= len(mantissa):
-        text = mantissa + "0" * (point - len(mantissa))
-    else:
-        text = f"{mantissa[:point]}.{mantissa[point:]}"
-    return ("-" if sign else "") + text

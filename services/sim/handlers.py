@@ -25,10 +25,11 @@ import orjson
 from aiohttp import web
 
 from services.sim import field_validation, objects, pod_update, shapes, write_options
-from services.sim.admission import AdmissionChain, Admitted
+from services.sim.admission import AdmissionChain
 from services.sim.errors import ApiError, PatchError
 from services.sim.field_validation import Directive
 from services.sim.jsonpatch import apply_json_patch, merge_patch
+from services.sim.kinds import KINDS, NAMESPACED
 from services.sim.store import Obj, Store, event_line
 from services.sim.strategic import strategic_merge_patch
 from services.sim.tables import as_table, include_object, wants_table
@@ -38,9 +39,6 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Verb = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
 
-KINDS = {"pods": "Pod", "nodes": "Node", "namespaces": "Namespace", "resourcequotas": "ResourceQuota",
-         "events": "Event"}
-NAMESPACED = frozenset({"pods", "resourcequotas", "events"})
 _SUCCESS_201 = orjson.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                              "code": 201})
 _STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -49,7 +47,6 @@ _JSON_PATCH = "application/json-patch+json"
 _TIMEOUT_SECONDS = re.compile(r"[0-9]{1,18}")  # an int64 of seconds, never negative
 _IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp")
 _GENERATE_NAME_TRIES = 7
-_PRECONDITIONS = ("uid", "resourceVersion")
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -183,9 +180,10 @@ class ResourceHandlers:
         pod = objects.default_pod(pod, namespace)
         ns_labels = ns_obj["metadata"].get("labels") or {}
         shapes.check_write("pods", "Pod", pod, None)  # the decoder's 400 comes before any webhook
+        pod_update.check_spec_types(pod.get("spec"))
         admitted = await self.admission.admit(pod, namespace, ns_labels, dry_run=dry_run)
-        if admitted.obj is not pod:
-            pod = _webhooks_pod(pod, admitted)
+        if admitted is not pod:
+            pod = _webhooks_pod(admitted)
         pod["metadata"]["namespace"] = namespace
         pod = objects.new_pod_status(objects.finish_create("pods", pod, "Pod"))
         quotas = list(self.store.items("resourcequotas", namespace))
@@ -257,9 +255,9 @@ class ResourceHandlers:
         options = write_options.for_delete(body, request.query)
         # No await from here to the delete: the preconditions hold for the object it removes.
         old = self.store.get(resource, namespace, name)
-        _check_preconditions(resource, body, old)
+        _check_preconditions(resource, options.preconditions, old)
         if resource == "namespaces" and not options.dry_run:
-            for inner in ("pods", "resourcequotas", "events"):
+            for inner in (r for r in KINDS if r in NAMESPACED):  # KINDS' order: pods first
                 for obj in list(self.store.items(inner, name)):
                     self.store.delete(inner, name, obj["metadata"]["name"])
         return json_response(self.store.delete(resource, namespace, name, dry_run=options.dry_run))
@@ -339,17 +337,15 @@ class ResourceHandlers:
         return response
 
 
-def _webhooks_pod(before: Obj, admitted: Admitted) -> Obj:
-    """The pod the webhooks' JSON patches made, decoded as the real server decodes it: leniently
-    (unknown fields dropped), checked as input (it can nest deeper than the body) — but only where the
-    patches wrote. The rest equals ``before``, checked already, and becomes ``before``'s own parts
-    again, which ``check_write`` skips as it skips a stored object's."""
-    pod = read_object(admitted.obj, "Pod")
+def _webhooks_pod(admitted: Obj) -> Obj:
+    """The pod the webhooks' JSON patches made, decoded as the real server decodes it: checked as
+    input (it can nest deeper than the body) and leniently (unknown fields dropped). The pod before
+    them was decoded already, so the unknown fields found are exactly those the patches wrote."""
+    pod = read_object(admitted, "Pod")
     shapes.check_depth(pod)
-    if isinstance(admitted.touched, dict):
-        pod = {**pod, **{key: part for key, part in before.items() if key not in admitted.touched}}
-    shapes.check_write("pods", "Pod", pod, before)
-    decoded: Obj = field_validation.decoded("Pod", pod, Directive.IGNORE, touched=admitted.touched).obj
+    shapes.check_write("pods", "Pod", pod, None)
+    pod_update.check_spec_types(pod.get("spec"))
+    decoded: Obj = field_validation.decoded("Pod", pod, Directive.IGNORE).obj
     return decoded
 
 
@@ -454,24 +450,15 @@ async def _optional_json(request: web.Request) -> Any:
     return await read_json(request) if request.can_read_body else None
 
 
-def _check_preconditions(resource: str, options: Any, old: Obj) -> None:
+def _check_preconditions(resource: str, pre: write_options.Preconditions, old: Obj) -> None:
     """DeleteOptions' ``preconditions`` against the object being deleted: a mismatch is a 409."""
-    if options is None:
-        return
-    if not isinstance(options, dict):
-        raise ApiError.bad_request("expected a DeleteOptions object")
-    pre = options.get("preconditions")
-    if pre is None:
-        return
-    if not isinstance(pre, dict) or not all(isinstance(pre.get(k) or "", str) for k in _PRECONDITIONS):
-        raise ApiError.bad_request("DeleteOptions.preconditions must hold uid and resourceVersion strings")
     meta, name = old["metadata"], old["metadata"]["name"]
-    if pre.get("uid") and pre["uid"] != meta.get("uid"):
-        raise ApiError.conflict(resource, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
+    if pre.uid and pre.uid != meta.get("uid"):
+        raise ApiError.conflict(resource, name, f"Precondition failed: UID in precondition: {pre.uid}, "
                                 f"UID in object meta: {meta.get('uid')}")
-    if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+    if pre.resource_version and pre.resource_version != meta["resourceVersion"]:
         raise ApiError.conflict(resource, name, f"Precondition failed: ResourceVersion in precondition: "
-                                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                                f"{pre.resource_version}, ResourceVersion in object meta: "
                                 f"{meta['resourceVersion']}")
 
 

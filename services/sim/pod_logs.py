@@ -27,7 +27,7 @@ from typing import Any
 
 from services.sim import rfc3339
 from services.sim.errors import ApiError
-from services.sim.pod_update import FieldError, forbidden, invalid
+from services.sim.field_errors import FieldError, forbidden, invalid
 
 # The env and mounts HAMi's device plugin answers Allocate with (the node-agent writes the same).
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -181,10 +181,7 @@ def parse_options(pod_name: str, query: Mapping[str, str]) -> LogOptions:
         tail_lines=_int64(query.get("tailLines")), limit_bytes=_int64(query.get("limitBytes")))
     errors = validate(options)
     if errors:
-        text = str(errors[0]) if len(errors) == 1 else f"[{', '.join(map(str, errors))}]"
-        causes = [{"reason": e.reason, "message": e.body, "field": e.field} for e in errors]
-        raise ApiError(422, "Invalid", f'PodLogOptions "{pod_name}" is invalid: {text}',
-                       {"name": pod_name, "kind": "PodLogOptions", "causes": causes})
+        raise ApiError.invalid_fields("PodLogOptions", pod_name, errors)
     return options
 
 

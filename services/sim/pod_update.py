@@ -3,8 +3,10 @@
 Once created, a pod's spec is fixed but for its containers' and init containers' images,
 ``activeDeadlineSeconds`` (set or lowered, never removed), tolerations (added; an existing one may
 change only its ``tolerationSeconds``), ``terminationGracePeriodSeconds`` (to 1, if it was negative)
-and scheduling gates (removed). ``spec.nodeName`` is the binding subresource's and resources are the
-resize subresource's (not served here). Anything else is a 422 ``Invalid`` with the real message and
+and scheduling gates (removed). Those fields are type-checked first, on create too
+(``check_spec_types``): a wrong JSON type is the decoder's 400, as ``shapes`` words it.
+``spec.nodeName`` is the binding subresource's and resources are the resize subresource's (not served
+here). Anything else is a 422 ``Invalid`` with the real message and
 ``causes``, from which ``kubectl`` prints ``The Pod "p" is invalid: spec: Forbidden: ...``.
 
 The spec is compared as the real server's decoder sees it: the fields that defaulting fills
@@ -17,14 +19,15 @@ store. Called for PUT and PATCH of a pod, never for its status or binding.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from services.sim.errors import ApiError
+from services.sim.field_errors import FieldError, forbidden, invalid, required
 from services.sim.jsonpatch import json_equal
 from services.sim.objects import spec_defaults
+from services.sim.shapes import undecodable
 from shared.errors import clip
 
 Obj = dict[str, Any]
@@ -36,46 +39,50 @@ _MAX_INT32 = 2**31 - 1
 _SHOWN_DIFFERENCES = 8
 
 
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    """One of ``field.ErrorList``: where, the ``StatusCause`` reason, and what (``ErrorBody``)."""
-
-    field: str
-    reason: str
-    body: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.body}"
-
-
-def forbidden(path: str, detail: str) -> FieldError:
-    return FieldError(path, "FieldValueForbidden", f"Forbidden: {detail}")
-
-
-def invalid(path: str, value: Any, detail: str) -> FieldError:
-    """Shows the value as Go's ``ErrorBody`` does: quoted strings, ``"null"`` for nil, numbers as they are."""
-    shown = orjson.dumps("null" if value is None else value).decode()
-    return FieldError(path, "FieldValueInvalid", f"Invalid value: {shown}: {detail}")
-
-
-def required(path: str) -> FieldError:
-    return FieldError(path, "FieldValueRequired", "Required value")
-
-
 def checked_update(new: Obj, old: Obj) -> Obj:
     """``new`` as it is stored (defaults filled in) if its spec may follow ``old``'s; else a 422."""
     spec, old_spec = new.get("spec"), old.get("spec") or {}
     if spec is old_spec or not isinstance(spec, dict):
         return new
+    check_spec_types(spec)
     spec = _defaulted(spec, old_spec)
     errors = update_errors(spec, old_spec)
     if errors:
-        name = new["metadata"].get("name") or ""
-        text = str(errors[0]) if len(errors) == 1 else f"[{', '.join(map(str, errors))}]"
-        causes = [{"reason": e.reason, "message": e.body, "field": e.field} for e in errors]
-        raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {text}',
-                       {"name": name, "kind": "Pod", "causes": causes})
+        raise ApiError.invalid_fields("Pod", new["metadata"].get("name") or "", errors)
     return new if spec is new["spec"] else {**new, "spec": spec}
+
+
+#: The lists an update may change, and the Go type of their elements.
+_UPDATABLE_LISTS = (("tolerations", "v1.Toleration"), ("schedulingGates", "v1.PodSchedulingGate"))
+
+
+def check_spec_types(spec: Any) -> None:
+    """The decoder's 400 for a wrong JSON type in a field an update may change (the rest of the spec
+    must stay as stored, or is ``shapes``'): ``activeDeadlineSeconds`` and a toleration's
+    ``tolerationSeconds`` are int64 (not a fraction, not a bool), tolerations and scheduling gates lists
+    of objects, a gate's name a string. Call it on create too: a real server decodes both alike."""
+    if not isinstance(spec, dict):
+        return  # shapes' 400
+    _int64("spec.activeDeadlineSeconds", spec.get("activeDeadlineSeconds"))
+    for name, go_type in _UPDATABLE_LISTS:
+        items = spec.get(name)
+        if items is None:
+            continue
+        path = f"spec.{name}"
+        if not isinstance(items, list):
+            raise undecodable("Pod", path, items, f"[]{go_type}")
+        for item in items:
+            if not isinstance(item, dict):
+                raise undecodable("Pod", path, item, go_type)
+            if name == "tolerations":
+                _int64(f"{path}.tolerationSeconds", item.get("tolerationSeconds"))
+            elif item.get("name") is not None and not isinstance(item["name"], str):
+                raise undecodable("Pod", f"{path}.name", item["name"], "string")
+
+
+def _int64(path: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise undecodable("Pod", path, value, "int64")
 
 
 def update_errors(spec: Obj, old: Obj) -> list[FieldError]:
@@ -125,7 +132,7 @@ def _deadline_errors(new: Any, old: Any) -> tuple[list[FieldError], bool]:
     """Set or lowered, within an int32, never removed."""
     path = "spec.activeDeadlineSeconds"
     if new is not None:
-        if isinstance(new, bool) or not isinstance(new, int | float) or not 0 <= new <= _MAX_INT32:
+        if not 0 <= new <= _MAX_INT32:  # an int64 (check_spec_types)
             return [invalid(path, new, f"must be between 0 and {_MAX_INT32}, inclusive")], True
         if isinstance(old, int | float) and old < new:
             return [invalid(path, new, "must be less than or equal to previous value")], True

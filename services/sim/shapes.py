@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from services.sim.errors import ApiError
+from services.sim.field_errors import go_quote
 from services.sim.objects import parse_quantity
 
 Obj = dict[str, Any]
@@ -167,7 +168,7 @@ def _event_fields(kind: str, name: str, event: Obj) -> None:
     _map(kind, "series", event.get("series"))
     namespace, about = event["metadata"].get("namespace") or "", involved.get("namespace") or ""
     if (namespace != about) if about else (namespace not in ("", "default")):
-        raise ApiError.invalid("events", name, f'involvedObject.namespace: Invalid value: "{about}": '
+        raise ApiError.invalid("events", name, f"involvedObject.namespace: Invalid value: {go_quote(about)}: "
                                "does not match event.namespace")
 
 

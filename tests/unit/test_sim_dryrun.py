@@ -5,8 +5,7 @@ Case matrix:
 - the option: no value is a real write; ``All`` (once or repeated) is a dry run; any other value,
   empty included, alone or beside ``All``, is the real 422 naming the request's options kind, with
   Go's rendering of the values and a ``FieldValueNotSupported`` cause;
-- DELETE: the DeleteOptions body decides when there is one (its ``dryRun`` list; the query is then
-  not read), the query when there is none; a ``dryRun`` that is not a list of strings is a 400;
+- DELETE's options (body or query): tested once, in ``test_sim_write_options``;
 - the answers: a create's has no resourceVersion and keeps the made name, uid and timestamp; an
   update's carries the stored resourceVersion;
 - the store: a dry-run create, update or delete makes the same checks as a real one (name taken: 409;
@@ -58,31 +57,6 @@ def test_any_other_value_is_the_real_422_on_the_options(values: list[str], shown
     assert info.value.message == f'{kind}.meta.k8s.io "" is invalid: dryRun: {body}'
     assert info.value.details == {"group": "meta.k8s.io", "kind": kind, "causes": [
         {"reason": "FieldValueNotSupported", "message": body, "field": "dryRun"}]}
-
-
-@pytest.mark.parametrize(("options", "query", "dry"), [
-    (None, [], False),
-    (None, ["All"], True),
-    ({"kind": "DeleteOptions", "dryRun": ["All"]}, [], True),
-    ({"kind": "DeleteOptions", "propagationPolicy": "Background"}, ["All"], False),  # the body decides
-    ({"dryRun": None}, [], False),
-    ({"dryRun": []}, [], False),
-])
-def test_a_delete_reads_its_body_or_else_its_query(options: Any, query: list[str], dry: bool) -> None:
-    assert dryrun.from_delete_options(options, query) is dry
-
-
-@pytest.mark.parametrize(("options", "query", "code"), [
-    ({"dryRun": ["Some"]}, [], 422),
-    (None, ["Some"], 422),
-    ({"dryRun": "All"}, [], 400),
-    ({"dryRun": [1]}, [], 400),
-    (["All"], [], 400),
-])
-def test_a_bad_delete_dry_run_is_refused(options: Any, query: list[str], code: int) -> None:
-    with pytest.raises(ApiError) as info:
-        dryrun.from_delete_options(options, query)
-    assert info.value.code == code
 
 
 # --------------------------------------------------------------------------- the answers

@@ -8,7 +8,10 @@ Case matrix:
 - forbidden (422 ``Invalid``, ``Pod "p" is invalid: ...``, one cause per error): resources,
   ``nodeName`` set or changed, env, ``terminationGracePeriodSeconds`` otherwise, containers added or
   removed, an empty or padded image, ``activeDeadlineSeconds`` raised, removed or out of range, a
-  toleration removed or changed, a scheduling gate added; several errors at once in brackets.
+  toleration removed or changed, a scheduling gate added; several errors at once in brackets;
+- a wrong JSON type in a field an update may change is the decoder's 400 before any rule, and is never
+  stored: a gate or toleration that is not an object, a list that is not a list, a gate name that is
+  not a string, a deadline or ``tolerationSeconds`` that is a fraction, a bool or a string.
 """
 
 from __future__ import annotations
@@ -180,3 +183,27 @@ def test_an_empty_default_field_is_defaulted_alike_on_create_and_update() -> Non
     assert created["spec"]["schedulerName"] == "default-scheduler"
     new = {**created, "spec": {**created["spec"], "containers": [{"name": "main", "image": "b"}]}}
     assert checked_update(new, created)["spec"]["containers"][0]["image"] == "b"
+
+
+@pytest.mark.parametrize(("spec", "field", "go_type"), [
+    ({"schedulingGates": ["g1"]}, "spec.schedulingGates", "v1.PodSchedulingGate"),
+    ({"schedulingGates": [{"name": "g1"}, 5]}, "spec.schedulingGates", "v1.PodSchedulingGate"),
+    ({"schedulingGates": "g1"}, "spec.schedulingGates", "[]v1.PodSchedulingGate"),
+    ({"schedulingGates": [{"name": 1}]}, "spec.schedulingGates.name", "string"),
+    ({"tolerations": ["k"]}, "spec.tolerations", "v1.Toleration"),
+    ({"tolerations": {"key": "k"}}, "spec.tolerations", "[]v1.Toleration"),
+    ({"tolerations": [{**OLD["spec"]["tolerations"][0], "tolerationSeconds": 1.5}]},
+     "spec.tolerations.tolerationSeconds", "int64"),
+    ({"activeDeadlineSeconds": 1.5}, "spec.activeDeadlineSeconds", "int64"),
+    ({"activeDeadlineSeconds": 300.0}, "spec.activeDeadlineSeconds", "int64"),
+    ({"activeDeadlineSeconds": True}, "spec.activeDeadlineSeconds", "int64"),
+    ({"activeDeadlineSeconds": "300"}, "spec.activeDeadlineSeconds", "int64"),
+])
+def test_a_wrong_json_type_is_the_decoders_400_not_stored(spec: dict[str, Any], field: str, go_type: str
+                                                          ) -> None:
+    with pytest.raises(ApiError) as caught:
+        checked_update(updated(**spec), OLD)
+    assert (caught.value.code, caught.value.reason) == (400, "BadRequest")
+    assert caught.value.message.startswith('Pod in version "v1" cannot be handled as a Pod: json: cannot '
+                                           "unmarshal ")
+    assert caught.value.message.endswith(f" into Go struct field Pod.{field} of type {go_type}")

@@ -5,7 +5,9 @@ Case matrix:
   ``fieldValidation`` value are read; a bad value of either is the real 422 naming the request's options
   kind (CreateOptions, UpdateOptions, PatchOptions); with both bad, dryRun's is the one answered;
 - DELETE: the DeleteOptions body decides when there is one (the query is then not read), the query
-  when there is none; a malformed body is a 400; nothing is validated (Ignore).
+  when there is none; ``dryRun`` null or empty is no dry run; its ``preconditions`` are read once
+  (absent or null: none); a malformed body, dryRun or preconditions is a 400, a value other than
+  All the 422. (The only delete-option cases: ``dryrun.from_delete_options`` is tested through here.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from multidict import MultiDict
 from services.sim import write_options
 from services.sim.errors import ApiError
 from services.sim.field_validation import Directive
-from services.sim.write_options import OptionsKind, WriteOptions
+from services.sim.write_options import DeleteOptions, OptionsKind, Preconditions, WriteOptions
 
 KINDS: tuple[OptionsKind, ...] = ("CreateOptions", "UpdateOptions", "PatchOptions")
 
@@ -65,17 +67,34 @@ def test_a_bad_option_is_the_real_422_naming_the_options_kind(
     (None, (("dryRun", "All"),), True),
     ({"kind": "DeleteOptions", "dryRun": ["All"]}, (), True),
     ({"kind": "DeleteOptions"}, (("dryRun", "All"),), False),  # the body decides
+    ({"kind": "DeleteOptions", "propagationPolicy": "Background"}, (("dryRun", "All"),), False),
+    ({"dryRun": None}, (), False),
+    ({"dryRun": []}, (), False),
 ])
-def test_a_delete_reads_its_body_or_else_its_query_and_validates_nothing(
+def test_a_delete_reads_its_body_or_else_its_query(
     body: Any, pairs: tuple[tuple[str, str], ...], dry: bool
 ) -> None:
-    expected = WriteOptions(dry_run=dry, validation=Directive.IGNORE)
-    assert write_options.for_delete(body, query(*pairs)) == expected
+    assert write_options.for_delete(body, query(*pairs)) == DeleteOptions(dry_run=dry)
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"preconditions": None}, Preconditions()),
+    ({"preconditions": {}}, Preconditions()),
+    ({"preconditions": {"uid": "u1"}}, Preconditions(uid="u1")),
+    ({"preconditions": {"resourceVersion": "7", "uid": None}}, Preconditions(resource_version="7")),
+])
+def test_a_delete_reads_its_preconditions_once(body: Any, expected: Preconditions) -> None:
+    options = write_options.for_delete({"dryRun": ["All"], **body}, query())
+    assert options == DeleteOptions(dry_run=True, preconditions=expected)
 
 
 @pytest.mark.parametrize(("body", "pairs", "code"), [
     ({"dryRun": "All"}, (), 400),
+    ({"dryRun": [1]}, (), 400),
     (["All"], (), 400),
+    ({"preconditions": "x"}, (), 400),
+    ({"preconditions": {"resourceVersion": 1}}, (), 400),
+    ({"preconditions": {"uid": 0}}, (), 400),
     ({"dryRun": ["Some"]}, (), 422),
     (None, (("dryRun", "Some"),), 422),
 ])

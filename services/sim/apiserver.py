@@ -38,14 +38,13 @@ from services.sim import openapi
 from services.sim.admission import AdmissionChain, WebhookConfig
 from services.sim.errors import ApiError
 from services.sim.handlers import (
-    KINDS,
-    NAMESPACED,
     Handler,
     ResourceHandlers,
     Verb,
     WatchSettings,
     json_response,
 )
+from services.sim.kinds import KINDS, NAMESPACED
 from services.sim.log_files import PodLogFiles
 from services.sim.objects import finish_create
 from services.sim.pod_log_http import PodLogHandler

@@ -20,8 +20,19 @@ from typing import Final
 CORE = "io.k8s.api.core.v1."
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
 
+#: Plain values, each with its OpenAPI schema (the document writes it inline) ...
+PLAIN_SCALARS: Final = MappingProxyType({
+    "string": {"type": "string"}, "int32": {"type": "integer", "format": "int32"},
+    "int64": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
+    "number": {"type": "number", "format": "double"},
+})
+#: ... and apimachinery's values, each with the name of its own component in the OpenAPI document.
+NAMED_SCALARS: Final = MappingProxyType({
+    "Quantity": "io.k8s.apimachinery.pkg.api.resource.Quantity", "Time": META + "Time",
+    "MicroTime": META + "MicroTime",
+})
 #: Types that are values, not objects: never walked into.
-SCALARS: Final = frozenset({"string", "int32", "int64", "boolean", "number", "Quantity", "Time", "MicroTime"})
+SCALARS: Final = frozenset({*PLAIN_SCALARS, *NAMED_SCALARS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +44,18 @@ class Field:
     """The ``patchStrategy`` struct tag (``merge``, ``merge,retainKeys``; from ``PATCH_TAGS``): how a
     strategic merge patch merges this list; "" replaces it."""
     merge_key: str = ""
-    """The ``patchMergeKey`` struct tag: what identifies an element of a merged list of objects."""
+    """The ``patchMergeKey`` struct tag: what identifies an element of a merged list of objects ("" in a
+    list of primitives, merged as a set)."""
+
+    @property
+    def merges(self) -> bool:
+        """Whether a strategic merge patch merges this list with the target's (else replaces it)."""
+        return "merge" in self.patch_strategy.split(",")
+
+    @property
+    def item(self) -> str:
+        """The type of the value, or of each element of a list or map: ``Container`` for ``[]Container``."""
+        return element(self.type)[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,35 +51,28 @@ _PATCH_STRATEGY, _PATCH_MERGE_KEY = "x-kubernetes-patch-strategy", "x-kubernetes
 _REF = "#/components/schemas/"
 _STRING = {"type": "string", "uniqueItems": True}
 _PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json")
-_SCALARS: dict[str, dict[str, Any]] = {
-    "string": {"type": "string"}, "int32": {"type": "integer", "format": "int32"},
-    "int64": {"type": "integer", "format": "int64"}, "boolean": {"type": "boolean"},
-    "number": {"type": "number", "format": "double"},
-}
-_QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
-_NAMED_SCALARS = {"Quantity": _QUANTITY, "Time": corev1.META + "Time", "MicroTime": corev1.META + "MicroTime"}
 _OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _META_SCHEMAS: dict[str, dict[str, Any]] = {
-    _QUANTITY: {
+    corev1.NAMED_SCALARS["Quantity"]: {
         "description": "Quantity is a fixed-point representation of a number: 1, 500m, 3000, 10Gi. GPU "
                        "memory (nvidia.com/gpumem) is in MiB.",
         "oneOf": [{"type": "string"}, {"type": "number"}]},
-    corev1.META + "Time": {
+    corev1.NAMED_SCALARS["Time"]: {
         "description": "Time is a wrapper around time.Time, written as RFC 3339.",
         "type": "string", "format": "date-time"},
-    corev1.META + "MicroTime": {
+    corev1.NAMED_SCALARS["MicroTime"]: {
         "description": "MicroTime is version of Time with microsecond level precision.",
         "type": "string", "format": "date-time"},
     corev1.META + "ListMeta": {
         "description": "ListMeta describes metadata that synthetic resources must have, including lists and "
                        "various status objects.",
         "type": "object", "properties": {
-            "continue": {"type": "string"}, "remainingItemCount": _SCALARS["int64"],
+            "continue": {"type": "string"}, "remainingItemCount": dict(corev1.PLAIN_SCALARS["int64"]),
             "resourceVersion": {"type": "string"}, "selfLink": {"type": "string"}}},
     corev1.META + "Status": {
         "description": "Status is a return value for calls that don't return other objects.",
         "type": "object", "properties": {
-            "apiVersion": {"type": "string"}, "code": _SCALARS["int32"], "details": _OPEN,
+            "apiVersion": {"type": "string"}, "code": dict(corev1.PLAIN_SCALARS["int32"]), "details": _OPEN,
             "kind": {"type": "string"}, "message": {"type": "string"},
             "metadata": {"$ref": _REF + corev1.META + "ListMeta"},
             "reason": {"type": "string"}, "status": {"type": "string"}},
@@ -212,16 +205,17 @@ def _scope(resource: str, namespaced: bool) -> tuple[str, str, list[dict[str, An
 def _resource_paths(resource: str, kind: str, namespaced: bool) -> dict[str, Any]:
     base, where, scope = _scope(resource, namespaced)
     item_params = [_path_param("name", f"name of the {kind}"), *scope]
-    ref, writes = _ref(corev1.kind_type(kind).name), _write_params()
+    ref, writes, lists = _ref(corev1.kind_type(kind).name), _write_params(), _query_params(_LIST_PARAMS)
     paths: dict[str, Any] = {
         base: {"parameters": scope,
                "get": _op("list", f"list or watch objects of kind {kind}", f"listCoreV1{where}{kind}", kind,
-                          params=_list_params(), response=_ref(corev1.CORE + kind + "List"), stream=True),
+                          params=lists, response=_ref(corev1.CORE + kind + "List"), stream=True),
                "post": _op("post", f"create a {kind}", f"createCoreV1{where}{kind}", kind, params=writes,
                            body={"application/json": ref}, response=ref, code="201"),
                "delete": _op("deletecollection", f"delete collection of {kind}",
                              f"deleteCoreV1Collection{where}{kind}", kind,
-                             params=[_dry_run_param(), *_list_params("fieldSelector", "labelSelector")],
+                             params=[_dry_run_param(),
+                                     *_query_params(_LIST_PARAMS, "fieldSelector", "labelSelector")],
                              response=_ref(corev1.CORE + kind + "List"))},
         base + "/{name}": {"parameters": item_params, **_item_ops(kind, where, "", ref),
                            "delete": _op("delete", f"delete a {kind}", f"deleteCoreV1{where}{kind}", kind,
@@ -232,7 +226,7 @@ def _resource_paths(resource: str, kind: str, namespaced: bool) -> dict[str, Any
     if namespaced:
         paths[f"/api/v1/{resource}"] = {"get": _op(
             "list", f"list or watch objects of kind {kind}", f"listCoreV1{kind}ForAllNamespaces", kind,
-            params=_list_params(), response=_ref(corev1.CORE + kind + "List"), stream=True)}
+            params=lists, response=_ref(corev1.CORE + kind + "List"), stream=True)}
     return paths
 
 
@@ -278,14 +272,9 @@ def _binding_paths(sub: Subresource, namespaced: bool) -> dict[str, Any]:
 def _log_path(sub: Subresource, namespaced: bool) -> dict[str, Any]:
     """``pods/{name}/log``: plain text, with the query parameters the stand-in honours."""
     base, _, scope = _scope(sub.resource, namespaced)
-    params = [_path_param("name", "name of the Pod"), *scope]
-    params += [{"name": name, "in": "query", "description": doc,
-                "schema": {"type": type_, "uniqueItems": True}} for name, type_, doc in _LOG_PARAMS]
-    text = {"text/plain": {"schema": {"type": "string"}}}
-    get = {"description": "read log of the specified Pod", "operationId": "readCoreV1NamespacedPodLog",
-           "tags": ["core_v1"], "x-kubernetes-action": "get",
-           _GVK: {"group": "", "kind": sub.kind, "version": "v1"},
-           "responses": {"200": {"description": "OK", "content": text}}}
+    params = [_path_param("name", "name of the Pod"), *scope, *_query_params(_LOG_PARAMS)]
+    get = _op("get", "read log of the specified Pod", "readCoreV1NamespacedPodLog", sub.kind,
+              response={"type": "string"}, content_type="text/plain")
     return {f"{base}/{{name}}/{sub.name}": {"parameters": params, "get": get}}
 
 
@@ -297,8 +286,10 @@ _SUBRESOURCE_PATHS: dict[str, Callable[[Subresource, bool], dict[str, Any]]] = {
 
 def _op(action: str, description: str, op_id: str, kind: str, *, params: list[dict[str, Any]] | None = None,
         body: dict[str, dict[str, str]] | None = None, response: dict[str, str], code: str = "200",
-        stream: bool = False) -> dict[str, Any]:
-    content = {"application/json": {"schema": response}}
+        stream: bool = False, content_type: str = "application/json") -> dict[str, Any]:
+    """One operation; its response is ``response`` (a schema) as ``content_type``, and with ``stream``
+    also as a watch stream."""
+    content = {content_type: {"schema": response}}
     if stream:
         content["application/json;stream=watch"] = {"schema": response}
     op: dict[str, Any] = {
@@ -326,9 +317,10 @@ def _write_params() -> list[dict[str, Any]]:
             {"name": "fieldValidation", "in": "query", "description": _FIELD_VALIDATION, "schema": _STRING}]
 
 
-def _list_params(*only: str) -> list[dict[str, Any]]:
+def _query_params(table: tuple[tuple[str, str, str], ...], *only: str) -> list[dict[str, Any]]:
+    """The query parameters of ``table`` (name, type, description), or of those of it named in ``only``."""
     return [{"name": name, "in": "query", "description": doc, "schema": {"type": type_, "uniqueItems": True}}
-            for name, type_, doc in _LIST_PARAMS if not only or name in only]
+            for name, type_, doc in table if not only or name in only]
 
 
 # -- schemas ----------------------------------------------------------------------------------------
@@ -401,10 +393,10 @@ def _property(field: corev1.Field) -> dict[str, Any]:
 def _value(type_: str, *, wrap: bool = False) -> dict[str, Any]:
     """A field's (or its items') schema: a scalar inline, a named type as a ``$ref`` (in ``allOf``, as the
     real document writes a described field's reference)."""
-    if type_ in _SCALARS:
-        return dict(_SCALARS[type_])
-    if type_ in _NAMED_SCALARS:
-        name = _NAMED_SCALARS[type_]
+    if type_ in corev1.PLAIN_SCALARS:
+        return dict(corev1.PLAIN_SCALARS[type_])
+    if type_ in corev1.NAMED_SCALARS:
+        name = corev1.NAMED_SCALARS[type_]
     elif type_ in corev1.TYPES:
         name = corev1.TYPES[type_].name
     else:

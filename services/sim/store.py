@@ -37,6 +37,7 @@ import orjson
 
 from services.sim import dryrun
 from services.sim.errors import ApiError
+from services.sim.kinds import KINDS
 from services.sim.selectors import Matcher, field_value, parse_field_selector, parse_label_selector
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,6 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 
 _NODE_PATH = ("spec", "nodeName")
-_KIND_OF = {"pods": "Pod", "nodes": "Node", "namespaces": "Namespace", "resourcequotas": "ResourceQuota",
-            "events": "Event"}
 
 
 @dataclass(slots=True)
@@ -136,12 +135,12 @@ class Store:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rv = 0
-        self._objects: dict[str, dict[Key, Obj]] = {r: {} for r in _KIND_OF}
+        self._objects: dict[str, dict[Key, Obj]] = {r: {} for r in KINDS}
         self._history: deque[Change] = deque()
         self._history_limit = history_limit
         self._compacted_rv = 0
         self._watch_buffer = watch_buffer
-        self._watchers: dict[str, set[Watcher]] = {r: set() for r in _KIND_OF}
+        self._watchers: dict[str, set[Watcher]] = {r: set() for r in KINDS}
         self._by_node: dict[str, set[Watcher]] = {}
         self._unindexed_pods: set[Watcher] = set()
         self._event_ttl_s, self._event_limit, self._clock = event_ttl_s, event_limit, clock
@@ -150,23 +149,23 @@ class Store:
 
     # reads -----------------------------------------------------------------
 
-    def get(self, resource: str, namespace: str, name: str) -> Obj:
+    def _live(self, resource: str) -> dict[Key, Obj]:
+        """The objects of ``resource`` as a read sees them: for events, the expired ones gone first."""
         if resource == "events":
             self.expire_events()
-        obj = self._objects[resource].get((namespace, name))
+        return self._objects[resource]
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj:
+        obj = self._live(resource).get((namespace, name))
         if obj is None:
             raise ApiError.not_found(resource, name)
         return obj
 
     def find(self, resource: str, namespace: str, name: str) -> Obj | None:
-        if resource == "events":
-            self.expire_events()
-        return self._objects[resource].get((namespace, name))
+        return self._live(resource).get((namespace, name))
 
     def items(self, resource: str, namespace: str | None = None) -> Iterable[Obj]:
-        if resource == "events":
-            self.expire_events()
-        objects = self._objects[resource].values()
+        objects = self._live(resource).values()
         if namespace is None:
             return objects
         return (o for o in objects if o["metadata"].get("namespace") == namespace)

@@ -2,8 +2,8 @@
 
 What ``k8s.io/apimachinery/pkg/util/strategicpatch`` does for ``application/strategic-merge-patch+json``:
 maps merge and ``null`` deletes, as in RFC 7386, but a list whose field is tagged ``patchStrategy:"merge"``
-in ``k8s.io/api/core/v1`` merges element by element on its ``patchMergeKey`` (``SCHEMA``; a list of
-primitives merges as a set) and every other list is replaced. The directives: ``$patch`` (``replace``
+in ``k8s.io/api/core/v1`` (``corev1.PATCH_TAGS``) merges element by element on its ``patchMergeKey`` (a
+list of primitives merges as a set) and every other list is replaced. The directives: ``$patch`` (``replace``
 or ``delete`` in a map; in a list element, ``delete`` the element with that key or ``replace`` the
 list), ``$setElementOrder/<field>``, ``$deleteFromPrimitiveList/<field>`` and ``$retainKeys``. As the
 real server, ``$patch: merge`` is refused (``unknown patch type`` in a map, ``merging lists cannot yet
@@ -20,8 +20,7 @@ immutable), so a patch costs what it touches, not the size of the object.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -39,44 +38,17 @@ SET_ELEMENT_ORDER = "$setElementOrder/"
 DELETE_FROM_PRIMITIVE_LIST = "$deleteFromPrimitiveList/"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Field:
-    """How a field merges: its ``patchStrategy`` and ``patchMergeKey`` struct tags."""
-
-    type: str | None = None
-    """The type of the value (a map), or of each element (a list of maps), where it has fields of its own
-    listed here; None: none that merge other than RFC 7386."""
-    merge: bool = False
-    """``patchStrategy:"merge"``: the list merges with the target's; without it a list is replaced."""
-    key: str | None = None
-    """``patchMergeKey``: what identifies an element of a merged list; None: a list of primitives."""
-
-
-Fields = dict[str, Field]
-
-
-def _fields(type_name: str) -> Fields:
-    """The fields of a described core/v1 type that merge otherwise than RFC 7386: lists with a patch
-    strategy, and the fields whose values are described types (walked into)."""
-    described = corev1.TYPES.get(type_name)
-    if described is None:
-        return {}
-    fields: Fields = {}
-    for name, field in described.fields.items():
-        nested = corev1.element(field.type)[1]
-        walked = nested if nested in corev1.TYPES else None
-        if walked is not None or field.patch_strategy:
-            fields[name] = Field(type=walked, merge="merge" in field.patch_strategy.split(","),
-                                 key=field.merge_key or None)
-    return fields
-
-
-#: Per described type (a kind's top-level type is its kind's name), from ``corev1``'s one table of
-#: types and patch tags. A kind or field not here merges as RFC 7386 (lists replaced) and still
-#: honours the directives; ``$retainKeys`` (sent by kubectl for ``merge,retainKeys`` lists) is
-#: honoured wherever it appears, as the real server does.
-SCHEMA: dict[str, Fields] = {name: _fields(name) for name in corev1.TYPES}
+Fields = Mapping[str, corev1.Field]
 _NO_FIELDS: Fields = {}
+
+
+def _fields(type_name: str | None) -> Fields:
+    """The fields of a described type (``corev1.TYPES``, a kind's top-level type under its kind's name),
+    with their patch tags (``corev1.PATCH_TAGS``). A kind or type not described has none: it merges as
+    RFC 7386 (lists replaced) and still honours the directives; ``$retainKeys`` (sent by kubectl for
+    ``merge,retainKeys`` lists) is honoured wherever it appears, as the real server does."""
+    described = corev1.TYPES.get(type_name or "")
+    return _NO_FIELDS if described is None else described.fields
 
 
 def strategic_merge_patch(target: Json, patch: Json) -> Json:
@@ -94,7 +66,7 @@ def _merge_map(original: Map | None, patch: Map, type_name: str | None) -> Map:
     """``patch`` merged into ``original`` (None: into nothing, which only applies the directives)."""
     if DIRECTIVE in patch:
         return _map_directive(patch, type_name)
-    fields = SCHEMA.get(type_name or "", _NO_FIELDS)
+    fields = _fields(type_name)
     result = dict(original) if original is not None else {}
     if RETAIN_KEYS in patch:
         _retain_keys(result, patch)
@@ -121,10 +93,10 @@ def _map_directive(patch: Map, type_name: str | None) -> Map:
     raise PatchError(f"unknown patch type: {directive} in map: {_show(patch)}")
 
 
-def _merge_value(original: Json, value: Json, field: Field | None) -> Json:
+def _merge_value(original: Json, value: Json, field: corev1.Field | None) -> Json:
     if isinstance(value, dict):
         return _merge_map(original if isinstance(original, dict) else None, value,
-                          field.type if field else None)
+                          field.item if field else None)
     if isinstance(value, list):
         return _merge_list(original if isinstance(original, list) else [], value, field)
     return value
@@ -155,29 +127,29 @@ def _delete_from_primitive_list(result: Map, name: str, values: Json) -> None:
 # lists ----------------------------------------------------------------------------------------
 
 
-def _merge_list(original: list[Any], patch: list[Any], field: Field | None,
+def _merge_list(original: list[Any], patch: list[Any], field: corev1.Field | None,
                 order: list[Any] | None = None) -> list[Any]:
     """``patch`` merged into ``original``, put in order once: by ``order`` (a ``$setElementOrder`` list)
     where there is one, else by the patch's own elements (the real ``mergeSlice``)."""
-    if field is None or not field.merge:
+    if field is None or not field.merges:
         return [_merge_value(None, v, None) for v in patch]
     if not patch and order is None:
         return original  # an empty merge list changes nothing (null or ``$patch: replace`` empty it)
     merged, plain, server = _merge_elements(original, patch, field)
-    return _in_order(merged, plain if order is None else order, server, field.key)
+    return _in_order(merged, plain if order is None else order, server, field.merge_key)
 
 
 def _merge_elements(original: list[Any], patch: list[Any],
-                    field: Field) -> tuple[list[Any], list[Any], list[Any]]:
+                    field: corev1.Field) -> tuple[list[Any], list[Any], list[Any]]:
     """The merged elements in no particular order, the patch's plain elements (which order them) and the
     server's elements after deletions (whose order the others keep)."""
     if not patch:
         return original, patch, original
-    if field.key is None:
+    if not field.merge_key:
         return _merge_primitives(original, patch), patch, original
-    kept, plain = _special_elements(original, patch, field.key)
+    kept, plain = _special_elements(original, patch, field.merge_key)
     if plain is None:  # ``$patch: replace``: the plain elements alone, ordered (so keyed) as the server's
-        return [_merge_map(None, element, field.type) for element in kept], [], kept
+        return [_merge_map(None, element, field.item) for element in kept], [], kept
     return _merge_keyed(kept, plain, field), plain, kept
 
 
@@ -215,16 +187,16 @@ def _special_elements(original: list[Any], patch: list[Any], key: str) -> tuple[
     return (plain, None) if replace else (original, plain)
 
 
-def _merge_keyed(original: list[Any], plain: list[Map], field: Field) -> list[Any]:
-    assert field.key is not None
+def _merge_keyed(original: list[Any], plain: list[Map], field: corev1.Field) -> list[Any]:
+    key = field.merge_key
     merged = list(original)
     for element in plain:
-        value = _merge_key(element, field.key)
-        at = next((i for i, o in enumerate(merged) if _has_key(o, field.key, value)), None)
+        value = _merge_key(element, key)
+        at = next((i for i, o in enumerate(merged) if _has_key(o, key, value)), None)
         if at is None:
-            merged.append(_merge_map(None, element, field.type))
+            merged.append(_merge_map(None, element, field.item))
         else:
-            merged[at] = _merge_map(merged[at], element, field.type)
+            merged[at] = _merge_map(merged[at], element, field.item)
     return merged
 
 
@@ -248,18 +220,18 @@ def _set_element_order(result: Map, name: str, order: Json, patch: Map, fields: 
     if not isinstance(order, list):
         raise PatchError("invalid patch format of setElementOrder list")
     field = fields.get(name)
-    if field is None or not field.merge:
+    if field is None or not field.merges:
         return None  # a replaced list keeps its own order: the directive only goes away
     original, value = result.get(name, []), patch.get(name, [])
     if not isinstance(original, list) or not isinstance(value, list):
         raise PatchError("invalid patch format of setElementOrder list")
     if name in result or name in patch:
-        _check_order(value, order, field.key)
+        _check_order(value, order, field.merge_key)
         result[name] = _merge_list(original, value, field, order)
     return name
 
 
-def _check_order(patch: list[Any], order: list[Any], key: str | None) -> None:
+def _check_order(patch: list[Any], order: list[Any], key: str) -> None:
     """The patch's own elements come in the order ``$setElementOrder`` gives them."""
     wanted = [_ident_of(o, key) for o in order]
     at = 0
@@ -275,7 +247,7 @@ def _check_order(patch: list[Any], order: list[Any], key: str | None) -> None:
         at += 1
 
 
-def _in_order(merged: list[Any], order: list[Any], server: list[Any], key: str | None) -> list[Any]:
+def _in_order(merged: list[Any], order: list[Any], server: list[Any], key: str) -> list[Any]:
     """``merged`` with the elements named in ``order`` in that order and the others in their ``server``
     order, interleaved where ``server`` has both (the real ``normalizeElementOrder``)."""
     wanted = _positions(order, key)
@@ -296,21 +268,21 @@ def _in_order(merged: list[Any], order: list[Any], server: list[Any], key: str |
     return result
 
 
-def _before(left: Json, right: Json, known: dict[Hashable, int], key: str | None) -> bool:
+def _before(left: Json, right: Json, known: dict[Hashable, int], key: str) -> bool:
     a, b = known.get(_ident_of(left, key)), known.get(_ident_of(right, key))
     return a is not None and b is not None and a < b
 
 
-def _positions(items: Iterable[Any], key: str | None) -> dict[Hashable, int]:
+def _positions(items: Iterable[Any], key: str) -> dict[Hashable, int]:
     positions: dict[Hashable, int] = {}
     for i, item in enumerate(items):
         positions.setdefault(_ident_of(item, key), i)
     return positions
 
 
-def _ident_of(element: Json, key: str | None) -> Hashable:
-    """What identifies an element: its merge key's value, or itself in a list of primitives."""
-    if key is None:
+def _ident_of(element: Json, key: str) -> Hashable:
+    """What identifies an element: its merge key's value, or itself in a list of primitives (no key)."""
+    if not key:
         return _identity(element)
     if not isinstance(element, dict):
         raise PatchError(f"list element {_show(element)} of a list merged by {key!r} is not an object")

@@ -14,6 +14,7 @@ from typing import Any
 
 from services.sim import rfc3339
 from services.sim.errors import ApiError
+from services.sim.field_errors import go_quote, not_supported
 
 Obj = dict[str, Any]
 
@@ -22,19 +23,18 @@ def wants_table(accept: str) -> bool:
     return "as=Table" in accept
 
 
-def _seconds_since(timestamp: str) -> float | None:
-    """How long ago an RFC 3339 time was, seconds; None if it is not one."""
+def _ago(timestamp: Any, render: Callable[[int], str]) -> str | None:
+    """How long ago an RFC 3339 time was (``...Z`` or an offset, with or without a fraction), whole
+    seconds as ``render`` writes them; ``<invalid>`` if it is not such a time, None if absent."""
+    if not isinstance(timestamp, str) or not timestamp:
+        return None
     then = rfc3339.parse_ns(timestamp)
-    return None if then is None else (time.time_ns() - then) / rfc3339.NS_PER_S
+    return "<invalid>" if then is None else render(int((time.time_ns() - then) / rfc3339.NS_PER_S))
 
 
 def _age(obj: Obj) -> str:
     """The AGE column: the object's ``creationTimestamp`` as :func:`short_duration`."""
-    created = obj.get("metadata", {}).get("creationTimestamp")
-    if not isinstance(created, str) or not created:
-        return "<unknown>"
-    seconds = _seconds_since(created)
-    return "<invalid>" if seconds is None else short_duration(int(seconds))
+    return _ago(obj.get("metadata", {}).get("creationTimestamp"), short_duration) or "<unknown>"
 
 
 def short_duration(seconds: int) -> str:
@@ -95,11 +95,8 @@ def human_duration(seconds: float) -> str:
 
 
 def _since(timestamp: Any) -> str | None:
-    """How long ago an RFC 3339 time was (``...Z``, with or without fractions); None if absent."""
-    if not isinstance(timestamp, str) or not timestamp:
-        return None
-    seconds = _seconds_since(timestamp)
-    return "<invalid>" if seconds is None else human_duration(seconds)
+    """An event's time as :func:`human_duration`; None if absent."""
+    return _ago(timestamp, human_duration)
 
 
 def _event_cells(event: Obj) -> list[Any]:
@@ -142,9 +139,9 @@ def include_object(value: str | None) -> str:
     if not value:
         return "Metadata"
     if value not in _INCLUDE_OBJECT:
-        supported = ", ".join(f'"{v}"' for v in _INCLUDE_OBJECT)
-        raise ApiError.bad_request(f"unexpected TableOptions: includeObject: Unsupported value: "
-                                   f"{value!r}: supported values: {supported}")
+        supported = ", ".join(map(go_quote, _INCLUDE_OBJECT))
+        error = not_supported("includeObject", go_quote(value), supported)
+        raise ApiError.bad_request(f"unexpected TableOptions: {error}")
     return value
 
 

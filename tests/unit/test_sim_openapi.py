@@ -34,7 +34,7 @@ import pytest
 
 from services.sim import corev1, openapi
 from services.sim.apiserver import SimApiServer, _discovery_v1
-from services.sim.handlers import KINDS, NAMESPACED
+from services.sim.kinds import KINDS, NAMESPACED
 
 METHODS = ("get", "put", "post", "patch", "delete")
 ACTIONS = {"get": {"get", "list"}, "put": {"put"}, "post": {"post"}, "patch": {"patch"},

@@ -3,7 +3,8 @@
 Case matrix: the AGE column's coarse durations at each unit boundary (a time in the future is
 ``0s``); AGE (``short_duration``) and the events' LAST SEEN (``human_duration``) read the same
 instant the same way whether written to the second, with a fraction or with an offset; a timestamp
-that is not RFC 3339 is ``<invalid>`` in both, an absent one ``<unknown>``.
+that is not RFC 3339 (not its layout, or no such day: year 0, February 31st) is ``<invalid>`` in
+both, an absent one ``<unknown>``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def test_age_and_last_seen_read_every_layout_of_one_instant_alike() -> None:
 
 @pytest.mark.parametrize("stamp", ["yesterday", "2026-01-01T00:00:00", "2026-01-01"])
 def test_a_time_that_is_not_rfc3339_is_invalid_in_both(stamp: str) -> None:
+    assert (age(stamp), last_seen(stamp)) == ("<invalid>", "<invalid>")
+
+
+@pytest.mark.parametrize("stamp", ["0000-01-01T00:00:00Z", "2026-02-31T00:00:00Z"])
+def test_a_time_of_the_right_layout_but_no_such_day_is_invalid_in_both(stamp: str) -> None:
+    """Year 0 and a day past its month's end fit the pattern but are no time: ``<invalid>``, not an error."""
     assert (age(stamp), last_seen(stamp)) == ("<invalid>", "<invalid>")
 
 

@@ -26,13 +26,12 @@ from services.sim.apiserver import SimApiServer
 from services.sim.events import RecorderSettings
 from services.sim.extender_client import ExtenderConfig
 from services.sim.log_files import PodLogFiles
+from services.sim.objects import DEFAULT_SCHEDULER
 from services.sim.scheduler import SchedulerSettings, SimScheduler
 from shared.kube import KubeClient
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
-
-#: The scheduler name a pod gets when it names none (the API server's default).
-DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,9 +103,9 @@ async def run_kube_scheduler(spec: KubeSchedulerSpec) -> None:
     stop_on_signals(stop)
     kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
     extender = ExtenderConfig(url_prefix=spec.extender_url, http_timeout_s=30.0, node_cache_capable=True)
-    # like a cluster's kube-scheduler, it also runs the default profile (pods without GPUs)
-    plain = () if spec.scheduler_name == DEFAULT_SCHEDULER else (DEFAULT_SCHEDULER,)
-    settings = SchedulerSettings(scheduler_name=spec.scheduler_name, plain_profiles=plain,
+    # like a cluster's kube-scheduler, it also runs the default profile (pods without GPUs); a
+    # profile named twice is one profile
+    settings = SchedulerSettings(scheduler_name=spec.scheduler_name, plain_profiles=(DEFAULT_SCHEDULER,),
                                  events=RecorderSettings(normal=spec.normal_events))
     scheduler = SimScheduler(kube, [extender], settings)
     running = asyncio.create_task(scheduler.run(), name="sim-scheduler")
@@ -122,9 +121,6 @@ async def run_kube_scheduler(spec: KubeSchedulerSpec) -> None:
             log.error("kube-scheduler stand-in died: %r", running.exception())
             raise SystemExit(1)
     finally:
-        for task in (running, stopping, synced):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(running, stopping, synced)
         await scheduler.stop()
         await kube.close()

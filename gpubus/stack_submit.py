@@ -24,6 +24,7 @@ from gpubus.stack_pods import Pod, PodCopies, PodTracker, pod_rows, pods_from_do
 from shared.errors import BadInput, GpubusError
 from shared.kube import KubeClient, KubeUnavailable, list_and_watch_pods
 from shared.kube_types import Pod as KubePod
+from shared.tasks import cancel_and_wait
 
 
 async def connect(kubeconfig: Path) -> KubeClient:
@@ -136,9 +137,7 @@ async def submit(pods: PodCopies, options: SubmitOptions,
         if tty:
             sys.stderr.write("\r" + tracker.progress(len(pods)) + "   \n")
     finally:
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await follower
+        await cancel_and_wait(follower)
         await kube.close()
     return tracker, errors
 

@@ -37,6 +37,7 @@ from shared.events import AllocationDecided, AllocationReleased, Event, Inventor
 from shared.ledger_entries import decode_entry
 from shared.model import Allocation
 from shared.service import bound_port
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -159,12 +160,8 @@ class MonitorApp:
             await self.stop()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
+        tasks, self._tasks = self._tasks, []
+        await cancel_and_wait(*tasks)
         for sub in self._subscriptions:
             with contextlib.suppress(Exception):
                 await sub.stop()

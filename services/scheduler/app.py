@@ -8,7 +8,6 @@ cancelled and awaited on :meth:`SchedulerApp.stop`; if one dies unexpectedly the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
@@ -38,6 +37,7 @@ from shared.bus import Bus, BusSettings, BusStats, Subscription
 from shared.bus.metrics import BusStatsCollector
 from shared.kube import KubeApi, KubeClient
 from shared.model import NodeName
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -339,11 +339,7 @@ class SchedulerApp:
     async def _cancel(where: dict[str, asyncio.Task[None]]) -> None:
         tasks = list(where.values())
         where.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*tasks, log_errors=False)  # _on_task_done reported any error
 
 
 def _bound_port(site: web.TCPSite) -> int:

@@ -29,6 +29,7 @@ from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from proto.podresources.v1 import api_pb2 as pr
 from proto.podresources.v1 import api_pb2_grpc as pr_grpc
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -231,10 +232,7 @@ class SimKubelet:
         await self._notify()
 
     async def _close_endpoint(self, endpoint: _Endpoint) -> None:
-        if endpoint.task is not None:
-            endpoint.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await endpoint.task
+        await cancel_and_wait(endpoint.task)
         await endpoint.channel.close()
 
     # -- admission -------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ through its HTTP endpoints; it imports nothing from the services.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable, Coroutine
@@ -43,6 +42,7 @@ from services.sim.objects import now
 from services.sim.scheduling_queue import BackoffPolicy, SchedulingQueue
 from shared.kube import KubeApi, KubeError, list_and_watch_nodes, list_and_watch_pods
 from shared.kube_types import Node, NodeWatchEvent, Pod, PodCondition, PodWatchEvent
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ class SchedulerSettings:
     events: RecorderSettings = field(default_factory=RecorderSettings)
     """How its events are written (they come from ``scheduler_name``, as from a kube-scheduler profile)."""
     plain_profiles: tuple[str, ...] = ()
-    """Further scheduler names it schedules without extenders, as a kube-scheduler's other profiles:
+    """Further scheduler names it schedules without extenders, as a kube-scheduler's other profiles
+    (one that is ``scheduler_name`` as well is that profile, with extenders):
     `gpubus up` adds ``default-scheduler``, so pods without GPUs (which the webhook leaves to it) run."""
 
 
@@ -120,7 +121,6 @@ class SimScheduler:
         self._profiles = frozenset({self.settings.scheduler_name, *self.settings.plain_profiles})
         self._recorders = {name: EventRecorder(kube, {"component": name}, self.settings.events)
                            for name in sorted(self._profiles)}
-        self.events = self._recorders[self.settings.scheduler_name]
         self._on_outcome = on_outcome
         self._pods: dict[str, Pod] = {}
         self._nodes: dict[str, Node] = {}
@@ -140,11 +140,8 @@ class SimScheduler:
         self._root = asyncio.create_task(self.run(), name="sim-scheduler")
 
     async def stop(self) -> None:
-        if self._root is not None:
-            self._root.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._root
-            self._root = None
+        root, self._root = self._root, None
+        await cancel_and_wait(root)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -404,7 +401,7 @@ class SimScheduler:
             log.info("could not record PodScheduled=False on %s/%s: %s", namespace, name, e)
 
     def _report(self, pod: Pod, outcome: Outcome) -> None:
-        recorder = self._recorders.get(_scheduler_name(pod), self.events)
+        recorder = self._recorders[_scheduler_name(pod)]  # a pod reaching here is one of our profiles
         if outcome.node is None:
             recorder.record(pod_reference(pod), "Warning", "FailedScheduling", truncate_note(outcome.message))
         elif recorder.wants("Normal"):

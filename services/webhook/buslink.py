@@ -8,7 +8,6 @@ outbox carries them through outages. The connect task is named, owned and cancel
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections import deque
@@ -17,6 +16,7 @@ from typing import Protocol
 from shared.bus import Bus, BusSettings, BusStats
 from shared.errors import GpubusError
 from shared.events import Event
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,7 @@ class BusLink:
         self._pending.append(event)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         if self._bus is not None:
             await self._bus.close()
 

@@ -17,6 +17,7 @@ from types import TracebackType
 
 from shared.bus.kv import KV
 from shared.errors import BusUnavailable, CasConflict, LeaseHeld, LeaseLost
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +163,7 @@ class Lease:
 
     async def _stop_renewer(self) -> None:
         task, self._renewer = self._renewer, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)  # skips the renewer itself, which cannot wait for its own end
 
     def _mark_lost(self, why: str) -> None:
         if not self.lost.is_set():

@@ -11,7 +11,6 @@ decision after the release that freed its capacity), passes a future that the se
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import itertools
 import logging
@@ -22,6 +21,7 @@ from shared.bus.errors import EventRefused
 from shared.bus.stats import BusStats
 from shared.errors import BusUnavailable
 from shared.events import Event
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,7 @@ class Outbox:
         """Send what is left (best effort, bounded by ``within_s``), then stop the sender."""
         if not await self.flush(within_s) and self._queue:
             log.warning("outbox closed with %d unsent events", len(self._queue))
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
         for event in self._queue:
             self._settle(event, BusUnavailable(f"bus closed before {event.KIND} {event.id} was sent"))
 

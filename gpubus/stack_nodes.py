@@ -28,7 +28,7 @@ from services.monitor.app import MonitorApp
 from services.monitor.settings import MonitorSettings
 from services.node_agent.app import NodeAgent
 from services.node_agent.settings import NodeAgentSettings
-from services.node_agent.simulated import SimulatedSource, build_devices
+from services.node_agent.simulated import SimulatedSource
 from services.sim.event_metrics import RecorderStatsCollector
 from services.sim.events import RecorderSettings
 from services.sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
@@ -106,9 +106,9 @@ class SimCluster:
                                  hook_path=str(self.sockets / "hook"), metrics_port=0,
                                  heartbeat_s=self.spec.heartbeat_s)
 
-    def _new_agent(self, node: str) -> NodeAgent:
+    def _new_agent(self, node: str, source: SimulatedSource | None = None) -> NodeAgent:
         settings = self._agent_settings(node)
-        return NodeAgent(settings, source=SimulatedSource(node, settings.simulate), bus=self.bus,
+        return NodeAgent(settings, source=source or SimulatedSource(node, settings.simulate), bus=self.bus,
                          kube=self.kube, on_fatal=self._on_fatal)
 
     def _record(self, admitted: Admitted) -> None:
@@ -124,7 +124,10 @@ class SimCluster:
         duration = parse_duration(self.spec.pod_duration, 60.0)
         for i, node in enumerate(self.names):
             d = self.sockets / node
-            gpu_names = {str(gpu.uuid): gpu.name for gpu in build_devices(node, self.spec.devices)}
+            source = SimulatedSource(node, self.spec.devices)
+            # the same made-up GPUs the agent reports; their names only matter to the pod logs
+            gpu_names = ({str(gpu.uuid): gpu.name for gpu in source.devices()}
+                         if self.spec.pod_log_dir is not None else {})
             settings = SimNodeSettings(node=node, plugin_dir=d / "dp", pod_resources_socket=d / "pr.sock",
                                        default_duration_s=duration, host_ip=f"10.0.{i // 250}.{i % 250 + 1}",
                                        events=RecorderSettings(normal=self.spec.normal_events),
@@ -132,7 +135,7 @@ class SimCluster:
             sim = SimNode(settings, self.kube, on_admitted=self._record, on_fatal=self._on_fatal)
             await sim.start()
             self.sims[node] = sim
-            self.agents[node] = self._new_agent(node)
+            self.agents[node] = self._new_agent(node, source)
             await self.agents[node].start()
             await self.bus.serve(control_subject(node), self._control_handler(node))
         for node, sim in self.sims.items():

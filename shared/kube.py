@@ -361,15 +361,13 @@ class KubeClient:
         return cast(list[Event], body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
 
     def watch_events(
-        self, resource_version: str, *, namespace: str | None = None, field_selector: str | None = None,
+        self, resource_version: str, *, namespace: str, field_selector: str | None = None,
         timeout_seconds: int = WATCH_TIMEOUT_S,
     ) -> AsyncIterator[WatchEvent]:
-        kw = _selectors(field_selector, None)
-        if namespace is None:
-            method: Callable[..., Awaitable[Any]] = self._watch_core.list_event_for_all_namespaces
-        else:
-            method = functools.partial(self._watch_core.list_namespaced_event, namespace)
-        return self._watch("watch events", method, resource_version, timeout_seconds, kw)
+        """One namespace's events from ``resource_version``."""
+        method = functools.partial(self._watch_core.list_namespaced_event, namespace)
+        return self._watch("watch events", method, resource_version, timeout_seconds,
+                           _selectors(field_selector, None))
 
     # watch -----------------------------------------------------------------
 

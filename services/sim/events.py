@@ -231,7 +231,8 @@ class RecorderSettings:
     """Record Normal events (Scheduled, Started); False keeps only Warnings. Benchmarks turn them off:
     they are the stand-ins' cost (two API writes a pod), not gpubus's."""
     queue_limit: int = 1000
-    """Events waiting to be written; more are dropped (client-go's ``maxQueuedEvents``)."""
+    """Events waiting to be written (the one being written is not counted); more are dropped
+    (client-go's ``maxQueuedEvents``). 0 drops every event."""
     max_tries: int = 12
     """Writes of one event while the API server is unreachable (client-go's ``maxTriesPerEvent``)."""
     retry_delay_s: float = 10.0
@@ -263,9 +264,7 @@ class EventRecorder:
         self.stats = RecorderStats()
         self._clock = clock
         self._correlator = Correlator(self.settings.correlator)
-        self._queue: asyncio.Queue[Correlated] = asyncio.Queue()
-        self._writing = 0
-        """1 while :meth:`run` writes an event: it still counts against ``queue_limit``."""
+        self._queue: asyncio.Queue[Correlated] = asyncio.Queue(maxsize=max(self.settings.queue_limit, 0))
 
     def wants(self, type_: EventType) -> bool:
         """Whether events of this type are recorded: callers skip building the ones that are not."""
@@ -285,11 +284,14 @@ class EventRecorder:
             return
         if result is None:
             self.stats.spam += 1
-        elif self._queue.qsize() + self._writing >= self.settings.queue_limit:
+            return
+        try:
+            if self.settings.queue_limit <= 0:  # no room; asyncio's maxsize 0 would mean no bound
+                raise asyncio.QueueFull
+            self._queue.put_nowait(result)
+        except asyncio.QueueFull:
             self.stats.dropped += 1
             log.debug("event queue full: %s %s about %s dropped", type_, reason, involved.get("name"))
-        else:
-            self._queue.put_nowait(result)
 
     async def drained(self) -> None:
         """Wait until every queued event has been written or given up."""
@@ -299,14 +301,12 @@ class EventRecorder:
         """Write queued events in order, forever. One event's failure never ends it."""
         while True:
             item = await self._queue.get()
-            self._writing = 1
             try:
                 await self._write(item)
             except Exception:
                 log.exception("event %s not written", item.event["metadata"]["name"])
                 self.stats.failed += 1
             finally:
-                self._writing = 0
                 self._queue.task_done()
 
     async def _write(self, item: Correlated) -> None:

@@ -3,10 +3,11 @@ empty the directory.
 
 The layout and the CRI line format are ``pod_logs``'s; this module only touches files, cheaply, since
 every simulated pod goes through it (``bench/e2e.py`` starts hundreds a second): a container's start
-is two ``mkdir`` and one small write, its end one append, a pod's removal an unlink and an ``rmdir`` per
-container. Files are written whole lines at a time with ``O_APPEND``, so a reader never sees half a
-record except at the end of what it read, which ``pod_logs.complete`` leaves for the next read.
-Blocking calls on purpose: on a local disk each is tens of microseconds, less than a thread hop.
+(the caller says it is ``new``) is two ``mkdir`` and one small write, its end one append, a pod's
+removal an unlink and an ``rmdir`` per container. Files are written whole lines at a time with
+``O_APPEND``, so a reader never sees half a record except at the end of what it read, which
+``pod_logs.complete`` leaves for the next read. Blocking calls on purpose: on a local disk each is
+tens of microseconds, less than a thread hop.
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ class PodLogFiles:
         self.root = root
 
     def write(self, namespace: str, name: str, uid: str, container: str, *, lines: Iterable[str],
-              time_ns: int) -> None:
-        """Append ``lines`` to the container's log, made with its directories if it is new."""
+              time_ns: int, new: bool = False) -> None:
+        """Append ``lines`` to the container's log, made with its directories if it is new.
+
+        ``new``: the container just started, so its directories are made before the write rather
+        than after a failed one (a log that turns out to be missing anyway is made either way).
+        """
         try:
             relative = pod_logs.log_path(namespace, name, uid, container)
         except ValueError as e:
@@ -40,6 +45,8 @@ class PodLogFiles:
         data = pod_logs.cri_lines(time_ns, lines)
         path = self.root / relative
         try:
+            if new:
+                _make_dirs(path.parent, self.root)
             try:
                 _append(path, data)
             except FileNotFoundError:  # a new container: make its directories once, then write

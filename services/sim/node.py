@@ -37,6 +37,7 @@ from services.sim.log_files import PodLogFiles
 from shared.errors import GpubusError
 from shared.kube import Conflict, KubeApi, NotFound, list_and_watch_pods
 from shared.kube_types import Container, Node, Pod
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -143,18 +144,28 @@ def _conditions(ready: bool, now: str) -> list[dict[str, str]]:
             (("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", flag), ("Ready", flag))]
 
 
+def _container_status(pod: SimPod, name: str, *, ready: bool, started: bool,
+                      state: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "ready": ready, "started": started, "restartCount": 0, "image": "sim",
+            "imageID": "", "containerID": f"sim://{pod.uid}/{name}", "state": state}
+
+
+def _completed(pod: SimPod, name: str, now: str, *, started_at: bool) -> dict[str, Any]:
+    """A ``terminated`` state with exit code 0; ``started_at``: it also says when it started (now)."""
+    terminated = {"exitCode": 0, "reason": "Completed", **({"startedAt": now} if started_at else {}),
+                  "finishedAt": now, "containerID": f"sim://{pod.uid}/{name}"}
+    return {"terminated": terminated}
+
+
 def running_status(pod: SimPod, host_ip: str) -> dict[str, Any]:
     now = _now()
-    statuses = [{"name": c.name, "ready": True, "started": True, "restartCount": 0, "image": "sim",
-                 "imageID": "", "containerID": f"sim://{pod.uid}/{c.name}",
-                 "state": {"running": {"startedAt": now}}}
+    running = {"running": {"startedAt": now}}
+    statuses = [_container_status(pod, c.name, ready=True, started=True, state=running)
                 for c in pod.containers if not c.init]
     status = {"phase": "Running", "conditions": _conditions(True, now), "hostIP": host_ip,
               "podIP": host_ip, "startTime": now, "containerStatuses": statuses}
-    inits = [{"name": c.name, "ready": True, "started": False, "restartCount": 0, "image": "sim",
-              "imageID": "", "containerID": f"sim://{pod.uid}/{c.name}",
-              "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now,
-                                       "finishedAt": now, "containerID": f"sim://{pod.uid}/{c.name}"}}}
+    inits = [_container_status(pod, c.name, ready=True, started=False,
+                               state=_completed(pod, c.name, now, started_at=True))
              for c in pod.containers if c.init]
     if inits:  # they ran to completion before the others started
         status["initContainerStatuses"] = inits
@@ -163,10 +174,8 @@ def running_status(pod: SimPod, host_ip: str) -> dict[str, Any]:
 
 def succeeded_status(pod: SimPod) -> dict[str, Any]:
     now = _now()
-    statuses = [{"name": c.name, "ready": False, "started": False, "restartCount": 0, "image": "sim",
-                 "imageID": "", "containerID": f"sim://{pod.uid}/{c.name}",
-                 "state": {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
-                                          "containerID": f"sim://{pod.uid}/{c.name}"}}}
+    statuses = [_container_status(pod, c.name, ready=False, started=False,
+                                  state=_completed(pod, c.name, now, started_at=False))
                 for c in pod.containers if not c.init]
     return {"status": {"phase": "Succeeded", "conditions": _conditions(False, now),
                        "containerStatuses": statuses}}
@@ -208,11 +217,7 @@ class SimNode:
     async def stop(self) -> None:
         tasks = self._tasks + list(self._pods.values())
         self._tasks, self._pods = [], {}
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*tasks)
         await self.kubelet.stop()
 
     async def restart_kubelet(self) -> None:
@@ -356,7 +361,7 @@ class SimNode:
                                          mounts=got.mounts if got else (), gpu_names=self.settings.gpu_names)
             if c.init:
                 lines.append(pod_logs.exit_line(c.name))
-            self.logs.write(pod.namespace, pod.name, pod.uid, c.name, lines=lines, time_ns=now)
+            self.logs.write(pod.namespace, pod.name, pod.uid, c.name, lines=lines, time_ns=now, new=True)
 
     def _log_exited(self, pod: SimPod) -> None:
         """Written before the status says the containers ended: a follower that sees it has the last line."""
@@ -370,10 +375,8 @@ class SimNode:
 
     def _remove_logs(self, pod: Pod) -> None:
         assert self.logs is not None
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-        names = [c.get("name", "") for c in containers]
-        self.logs.remove(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), names)
+        simpod = sim_pod(pod, self.settings.resource_name)
+        self.logs.remove(simpod.namespace, simpod.name, simpod.uid, [c.name for c in simpod.containers])
 
     async def _patch(self, pod: SimPod, status: dict[str, Any]) -> None:
         try:

@@ -38,8 +38,10 @@ _SUBDOMAIN_RULE = (re.compile(rf"{_LABEL}(\.{_LABEL})*"), 253, "a lowercase RFC 
 #: The alphabet of apiserver's generateName suffixes (no vowels, no confusable characters).
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _TERMINAL = frozenset({"Succeeded", "Failed"})
+#: The scheduler name a pod gets when it names none.
+DEFAULT_SCHEDULER = "default-scheduler"
 #: What defaulting fills into a pod's spec when absent, on create and (``pod_update``) on update.
-POD_SPEC_DEFAULTS: dict[str, Any] = {"schedulerName": "default-scheduler", "restartPolicy": "Always",
+POD_SPEC_DEFAULTS: dict[str, Any] = {"schedulerName": DEFAULT_SCHEDULER, "restartPolicy": "Always",
                                      "terminationGracePeriodSeconds": 30, "priority": 0}
 
 

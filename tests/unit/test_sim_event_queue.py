@@ -1,9 +1,9 @@
 """The event recorder's queue bound, while its writer is busy.
 
-Case matrix: the event being written still counts against ``queue_limit`` until it is written, so
-with a limit of 2 one event in flight and one queued leave no room (the next is dropped and counted);
-once written, there is room again; ``drained`` waits for the one in flight, and returns at once when
-nothing was ever queued.
+Case matrix: as client-go's ``maxQueuedEvents``, ``queue_limit`` bounds the events *waiting*; the
+one being written is out of the queue. With a limit of 2, one event in flight and two queued leave
+no room (the next is dropped and counted); once written, there is room again; ``drained`` waits for
+the one in flight, and returns at once when nothing was ever queued.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def record(recorder: EventRecorder, pod: str) -> None:
                     f"Successfully assigned n/{pod}")
 
 
-async def test_the_event_being_written_still_counts_against_the_limit() -> None:
+async def test_a_full_queue_drops_and_counts() -> None:
     sink = GatedSink()
     recorder = EventRecorder(sink, {"component": "gpubus-scheduler"}, RecorderSettings(queue_limit=2))
     await asyncio.wait_for(recorder.drained(), 5)  # nothing queued: returns at once
@@ -47,16 +47,18 @@ async def test_the_event_being_written_still_counts_against_the_limit() -> None:
         await asyncio.wait_for(sink.writing.wait(), 5)  # p0 is in flight
         record(recorder, "p1")
         record(recorder, "p2")
+        assert recorder.stats.dropped == 0
+        record(recorder, "p3")
         assert recorder.stats.dropped == 1
         draining = asyncio.create_task(recorder.drained(), name="test-drained")
         await asyncio.sleep(0)
         assert not draining.done()
         sink.gate.set()
         await asyncio.wait_for(draining, 5)
-        record(recorder, "p3")
+        record(recorder, "p4")
         await asyncio.wait_for(recorder.drained(), 5)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    assert sink.created == ["p0", "p1", "p3"]
-    assert (recorder.stats.created, recorder.stats.dropped, recorder.stats.failed) == (3, 1, 0)
+    assert sink.created == ["p0", "p1", "p2", "p4"]
+    assert (recorder.stats.created, recorder.stats.dropped, recorder.stats.failed) == (4, 1, 0)

@@ -1,9 +1,11 @@
-"""A SimApiServer (bookmarks every 0.05 s) and the real KubeClient on it: the fixtures ``server`` and
-``kube`` of the test modules that bind them by name, which makes them that module's own::
+"""A SimApiServer (bookmarks every 0.05 s), a kubeconfig for it and the real KubeClient on it: the
+fixtures ``server``, ``config`` and ``kube`` of the test modules that bind them by name, which makes
+them that module's own::
 
     import sim_fixtures
 
     server = sim_fixtures.server
+    config = sim_fixtures.config  # for kubectl
     kube = sim_fixtures.kube
 
 Never register this module with ``pytest_plugins``: that makes its fixtures global, and this ``kube``
@@ -26,6 +28,12 @@ from shared.kube import KubeClient
 async def server() -> AsyncIterator[SimApiServer]:
     async with SimApiServer(watch=WatchSettings(bookmark_interval_s=0.05)) as api:
         yield api
+
+
+@pytest.fixture
+def config(server: SimApiServer, tmp_path: Path) -> Path:
+    """The kubeconfig of ``server`` (what ``kubectl --kubeconfig`` is given)."""
+    return server.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 @pytest.fixture

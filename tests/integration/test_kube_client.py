@@ -49,8 +49,6 @@ def pod(name: str = "", *, labels: dict[str, str] | None = None, node: str | Non
     return {"metadata": meta, "spec": spec}  # type: ignore[typeddict-item]
 
 
-
-
 async def collect(
     events: AsyncIterator[WatchEvent], count: int, *, skip_bookmarks: bool = True
 ) -> list[WatchEvent]:

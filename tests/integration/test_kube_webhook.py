@@ -16,7 +16,6 @@ import base64
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import pytest
 import trustme
 
@@ -127,16 +126,12 @@ async def test_webhook_down_with_ignore_policy_creates_unchanged(tmp_path: Path)
 REVIEW = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"'
 
 
-def answering_with(ops: list[dict[str, Any]]) -> Any:
-    """A webhook answer allowing the pod with the JSON patch ``ops``."""
-    patch = base64.b64encode(orjson.dumps(ops)).decode()
-    return lambda req: {"uid": req["uid"], "allowed": True, "patchType": "JSONPatch", "patch": patch}
-
-
 async def test_unknown_fields_a_webhooks_patch_writes_are_dropped_and_the_rest_kept(
     tmp_path: Path, webhook: Webhook
 ) -> None:
-    webhook.answer = answering_with([
+    from webhook_fixtures import patching  # not at the top: pytest must load its plugin first
+
+    webhook.answer = patching([
         {"op": "add", "path": "/metadata/annotations", "value": {"gpubus.io/admitted": "true"}},
         {"op": "add", "path": "/spec/containers/0/bogus", "value": 1},
         {"op": "add", "path": "/spec/containers/0/resources/bogus", "value": {}},
@@ -178,7 +173,9 @@ async def test_unknown_fields_a_webhooks_patch_writes_are_dropped_and_the_rest_k
 async def test_a_pod_a_webhooks_patch_leaves_malformed_is_refused_and_not_stored(
     tmp_path: Path, webhook: Webhook, ops: list[dict[str, Any]], code: int, message: str
 ) -> None:
-    webhook.answer = answering_with(ops)
+    from webhook_fixtures import patching  # not at the top: pytest must load its plugin first
+
+    webhook.answer = patching(ops)
     rejected = await refused_create(tmp_path, webhook)
     assert rejected.code == code
     assert message in str(rejected)

@@ -37,7 +37,7 @@ from services.scheduler.forward import BIND_SUBJECT, BindForwarder
 from services.scheduler.leases import device_counts
 from services.scheduler.wire import BindingArgs
 from services.sim.apiserver import SimApiServer
-from shared.bus import Bus, Subscription
+from shared.bus import Bus, NoResponders, QueryHandler, Subscription
 from shared.events import AllocationDecided, Event
 from shared.handoff import lease_key
 from shared.kube import KubeClient
@@ -112,6 +112,22 @@ class Schedulers:
         others = [await self.start(replica_id=name, leader_ttl_s=1.0) for name in names[1:]]
         await add_node(self.bus, self.kube, *others)
         return [first, *others]
+
+    async def standby_of(self, leader: str, *, serving: QueryHandler | None = None,
+                         **settings: Any) -> SchedulerApp:
+        """A standby ("standby") that has node n1 and knows ``leader`` as the leader: a holder of the
+        leader lease (renewed until the standby has stopped) that answers forwarded binds with
+        ``serving``, or serves nothing."""
+        ghost = await self.bus.lease("leader.scheduler", leader, ttl=30.0, auto_renew=True)
+        assert await ghost.acquire()
+        self.stack.push_async_callback(ghost.release)  # after the standby has stopped
+        if serving is not None:
+            service = await self.bus.serve(BIND_SUBJECT, serving)
+            self.stack.push_async_callback(service.stop)
+        standby = await self.start(replica_id="standby", **settings)
+        await add_node(self.bus, self.kube, standby)
+        await wait_until(lambda: standby.election.leader == leader, what="leader known")
+        return standby
 
     async def bind(self, app: SchedulerApp, pod: dict[str, Any]) -> str:
         """``pod`` bound to n1 through ``app``'s extender: "" or the extender's error."""
@@ -259,14 +275,10 @@ async def test_standby_takes_over_when_the_leader_dies(kube: KubeClient, schedul
 
 
 async def test_standby_without_an_answering_leader_says_so_in_the_bind_error(
-    bus: Bus, kube: KubeClient, schedulers: Schedulers
+    kube: KubeClient, schedulers: Schedulers
 ) -> None:
-    ghost = await bus.lease("leader.scheduler", "ghost-replica", ttl=30.0, auto_renew=True)
-    assert await ghost.acquire()  # a leader that holds the lease but serves nothing
-    schedulers.stack.push_async_callback(ghost.release)  # after the standby has stopped
-    standby = await schedulers.start(replica_id="standby", forward_timeout_s=1.0)
-    await add_node(bus, kube, standby)
-    await wait_until(lambda: standby.election.leader == "ghost-replica", what="leader known")
+    # a leader that holds the lease but serves nothing
+    standby = await schedulers.standby_of("ghost-replica", forward_timeout_s=1.0)
     [pod] = await create_pods(kube, "orphan")
     error = await schedulers.bind(standby, pod)
     assert "no leader answered the forwarded bind on gpubus.query.scheduler.bind" in error
@@ -275,21 +287,14 @@ async def test_standby_without_an_answering_leader_says_so_in_the_bind_error(
 
 
 async def test_a_leader_whose_bind_raises_answers_the_standby_with_the_failure(
-    bus: Bus, kube: KubeClient, schedulers: Schedulers
+    kube: KubeClient, schedulers: Schedulers
 ) -> None:
     """Not silence until the standby's timeout, reported as "no leader": the leader's error reply."""
-    ghost = await bus.lease("leader.scheduler", "broken-replica", ttl=30.0, auto_renew=True)
-    assert await ghost.acquire()
-    schedulers.stack.push_async_callback(ghost.release)
 
     async def broken_bind(payload: bytes) -> bytes:
         raise RuntimeError("bind exploded")
 
-    service = await bus.serve(BIND_SUBJECT, broken_bind)
-    schedulers.stack.push_async_callback(service.stop)
-    standby = await schedulers.start(replica_id="standby", forward_timeout_s=5.0)
-    await add_node(bus, kube, standby)
-    await wait_until(lambda: standby.election.leader == "broken-replica", what="leader known")
+    standby = await schedulers.standby_of("broken-replica", serving=broken_bind, forward_timeout_s=5.0)
     [pod] = await create_pods(kube, "victim")
     error = await schedulers.bind(standby, pod)
     assert "the leader failed serving the forwarded bind" in error
@@ -313,14 +318,28 @@ async def test_after_failover_the_old_standby_serves_forwarded_binds(
     assert leader.ledger.entry(pod["metadata"]["uid"]) is not None
 
 
-async def test_a_forwarded_bind_waits_for_a_leader_still_subscribing(bus: Bus) -> None:
+async def test_a_forwarded_bind_waits_for_a_leader_still_subscribing(
+    bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A failover: the new leader subscribes after it has the lease. Nothing serves the subject for
     that moment (NATS answers "no responders" at once); the standby asks again within its budget
     instead of failing the bind at once."""
+    misses = 0
+    request = bus.request
+
+    async def counting_request(subject: str, payload: bytes, timeout: float = 1.0) -> bytes:  # noqa: ASYNC109
+        nonlocal misses
+        try:
+            return await request(subject, payload, timeout=timeout)
+        except NoResponders:
+            misses += 1
+            raise
+
+    monkeypatch.setattr(bus, "request", counting_request)
     standby = BindForwarder(bus, timeout_s=10.0, leader_name=lambda: "next")
     args = BindingArgs(pod_name="p", pod_namespace="default", pod_uid="uid-1", node="n1")
     forwarded = asyncio.create_task(standby.forward(args))
-    await asyncio.sleep(0.35)  # a few tries, each into no responder
+    await wait_until(lambda: misses >= 2 or forwarded.done(), what="two tries into no responder")
     assert not forwarded.done()
     served: list[BindingArgs] = []
 

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
+import sim_fixtures
 from kubectl import kubectl, needs_kubectl
+from pod_manifests import FORBIDDEN, pod_yaml
 
 from services.sim.admission import WebhookConfig
 from services.sim.apiserver import SimApiServer
@@ -43,43 +45,10 @@ pytestmark = needs_kubectl
 pytest_plugins = ("webhook_fixtures",)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SimApiServer]:
-    async with SimApiServer() as api:
-        yield api
-
-POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  {name}
-  labels: {{a: "{label}"}}
-spec:
-  containers:
-  - name: main
-    image: {image}
-    resources:
-      limits: {{nvidia.com/gpu: "1"}}
-"""
-FORBIDDEN = "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"
-
-
-def pod_yaml(name: str = "x", *, label: str = "1", image: str = "busybox:1", generate: bool = False) -> str:
-    return POD.format(name=f"generateName: {name}" if generate else f"name: {name}", label=label, image=image)
-
-
-@pytest.fixture
-def config(server: SimApiServer, tmp_path: Path) -> Path:
-    return server.write_kubeconfig(tmp_path / "kubectl-config")
-
-
-@pytest.fixture
-async def client(config: Path) -> AsyncIterator[KubeClient]:
-    """A KubeClient on ``server`` (not the plugins' ``kube``: another plugin's fixture of that name can
-    take its place when the whole suite runs)."""
-    kube = await KubeClient.from_kubeconfig(config)
-    yield kube
-    await kube.close()
+# this module's SimApiServer, its kubeconfig and a KubeClient on it (bound by name: see sim_fixtures)
+server = sim_fixtures.server
+config = sim_fixtures.config
+kube = sim_fixtures.kube
 
 
 @pytest.fixture
@@ -103,10 +72,10 @@ async def next_change(stream: AsyncIterator[WatchEvent]) -> WatchEvent:
 
 
 async def test_apply_of_a_new_pod_stores_nothing_and_sends_no_event(
-    server: SimApiServer, client: KubeClient, config: Path
+    server: SimApiServer, kube: KubeClient, config: Path
 ) -> None:
-    _, rv = await client.list_pods()
-    async with aclosing(client.watch_pods(rv)) as stream:
+    _, rv = await kube.list_pods()
+    async with aclosing(kube.watch_pods(rv)) as stream:
         async with asyncio.timeout(10):
             assert (await anext(stream))["type"] == "BOOKMARK"  # the watch is open
         code, out, err = await dry(config, "apply", "-f", "-", stdin=pod_yaml())
@@ -114,8 +83,8 @@ async def test_apply_of_a_new_pod_stores_nothing_and_sends_no_event(
         code, _, err = await kubectl(config, "get", "pod", "x")
         assert code == 1 and 'pods "x" not found' in err
         assert str(server.store.rv) == rv
-        await client.create_pod("default", {"metadata": {"name": "real"},
-                                          "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+        await kube.create_pod("default", {"metadata": {"name": "real"},
+                                        "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
         change = await next_change(stream)
     assert (change["type"], change["object"]["metadata"]["name"]) == ("ADDED", "real")
 

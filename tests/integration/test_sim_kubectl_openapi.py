@@ -21,11 +21,11 @@ Case matrix:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+import sim_fixtures
 from kubectl import kubectl, needs_kubectl
 
 from services.sim.apiserver import SimApiServer
@@ -78,15 +78,9 @@ def cluster_objects(*, labels: str = "labels", hard: str = "hard", unschedulable
     return CLUSTER_OBJECTS.format(labels=labels, hard=hard, unschedulable=unschedulable, value=value)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SimApiServer]:
-    async with SimApiServer() as api:
-        yield api
-
-
-@pytest.fixture
-def config(server: SimApiServer, tmp_path: Path) -> Path:
-    return server.write_kubeconfig(tmp_path / "kubeconfig")
+# this module's SimApiServer and its kubeconfig (bound by name: see sim_fixtures)
+server = sim_fixtures.server
+config = sim_fixtures.config
 
 
 def typo_message(path: str) -> str:

@@ -11,47 +11,23 @@ validates as by default (server-side, against the stand-in's OpenAPI document).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
+import sim_fixtures
 from kubectl import kubectl, needs_kubectl
-
-from services.sim.apiserver import SimApiServer
+from pod_manifests import FORBIDDEN, directive_keys, pod_yaml
 
 pytestmark = needs_kubectl
 
-POD_YAML = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: gpu
-  labels: {{a: "{label}"}}
-spec:
-  containers:
-  - name: main
-    image: {image}
-    resources:
-      limits: {{nvidia.com/gpu: "1", nvidia.com/gpumem: "3000"}}
-  - name: side
-    image: busybox:1
-"""
-FORBIDDEN = ("spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-             "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
-             "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
-             "to 1 if it was previously negative)")
-
-
-@pytest.fixture
-async def config(tmp_path: Path) -> AsyncIterator[Path]:
-    async with SimApiServer() as api:
-        yield api.write_kubeconfig(tmp_path / "kubeconfig")
+# this module's SimApiServer and its kubeconfig (bound by name: see sim_fixtures)
+server = sim_fixtures.server
+config = sim_fixtures.config
 
 
 async def apply(config: Path, *, image: str, label: str) -> None:
     code, out, err = await kubectl(config, "apply", "-f", "-",
-                                   stdin=POD_YAML.format(image=image, label=label))
+                                   stdin=pod_yaml("gpu", image=image, label=label, gpumem="3000", side=True))
     assert code == 0, (out, err)
 
 
@@ -60,15 +36,6 @@ async def get_pod(config: Path) -> dict[str, Any]:
     assert code == 0, err
     pod: dict[str, Any] = json.loads(out)
     return pod
-
-
-def directive_keys(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        own = [k for k in value if k.startswith("$")]
-        return own + [d for v in value.values() for d in directive_keys(v)]
-    if isinstance(value, list):
-        return [d for v in value for d in directive_keys(v)]
-    return []
 
 
 async def test_apply_again_changes_image_and_label_and_keeps_gpu_limits(config: Path) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pod_manifests import directive_keys
 
 from services.sim.errors import PatchError
 from services.sim.jsonpatch import merge_patch
@@ -52,15 +53,6 @@ NODE = {"kind": "Node", "metadata": {"name": "n1"}, "spec": {"podCIDRs": ["10.0.
 
 def names(items: list[dict[str, Any]]) -> list[str]:
     return [item["name"] for item in items]
-
-
-def directive_keys(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        own = [k for k in value if k.startswith("$")]
-        return own + [d for v in value.values() for d in directive_keys(v)]
-    if isinstance(value, list):
-        return [d for v in value for d in directive_keys(v)]
-    return []
 
 
 # merge by key ---------------------------------------------------------------------------------

@@ -18,11 +18,12 @@ Fit, scoring, Kubernetes clients or the bus.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from shared.errors import AnnotationError
-from shared.model import ContainerDevice, DeviceInfo, DeviceUsage, DeviceUUID, PodDevices
+from shared.model import ContainerDevice, DeviceInfo, DeviceMode, DeviceUsage, DeviceUUID, PodDevices
 
 # Pod annotations written by the scheduler (and the label of the same key as ASSIGNED_NODE).
 ASSIGNED_NODE = "hami.io/vgpu-node"
@@ -53,7 +54,6 @@ WEBHOOK_LABEL = "hami.io/webhook"
 WEBHOOK_IGNORE = "ignore"
 
 POD_FORMAT_ERROR = "pod annotation format error, missing fields, do not use nodeName in task spec"
-NODE_FORMAT_ERROR = "node annotations not decode successfully"
 _INT32 = (-(2**31), 2**31 - 1)
 _GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -206,42 +206,75 @@ def decode_node_devices(value: str) -> tuple[DeviceInfo, ...]:
     return tuple(out)
 
 
-def _lenient_int(text: str, *, bits32: bool = False) -> int:
-    """Go ``strconv`` with the error ignored (HAMi's legacy decoder): unparsable -> 0."""
-    try:
-        value = int(text, 10)
-    except ValueError:
-        return 0
-    if bits32 and not _INT32[0] <= value <= _INT32[1]:
-        raise AnnotationError(NODE_FORMAT_ERROR)
+_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def _go_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _legacy_int(text: str, field: str, func: str, bits: int) -> int:
+    """Go's ``strconv.ParseInt(s, 10, bits)`` / ``Atoi``; a failure names the field as v2.10 does."""
+    if _GO_DECIMAL.fullmatch(text) is None:
+        raise AnnotationError(
+            f"invalid {field} field: strconv.{func}: parsing {_go_quote(text)}: invalid syntax"
+        )
+    value = int(text, 10)
+    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        raise AnnotationError(
+            f"invalid {field} field: strconv.{func}: parsing {_go_quote(text)}: value out of range"
+        )
     return value
 
 
+def _legacy_device(f: list[str]) -> DeviceInfo:
+    """One ``id,count,devmem,devcore,type,numa,health[,index,mode]`` segment, fields checked in
+    HAMi v2.10's order (``pkg/device/devices.go`` ``DecodeNodeDevices``)."""
+    count = _legacy_int(f[1], "count", "ParseInt", 32)
+    devmem = _legacy_int(f[2], "memory", "ParseInt", 32)
+    devcore = _legacy_int(f[3], "core", "ParseInt", 32)
+    health = parse_bool(f[6])
+    if health is None:
+        raise AnnotationError(
+            f"invalid health field: strconv.ParseBool: parsing {_go_quote(f[6])}: invalid syntax"
+        )
+    numa = _legacy_int(f[5], "numa", "Atoi", 64)
+    index, mode = 0, DeviceMode.HAMI_CORE.value
+    if len(f) == 9:
+        index, mode = _legacy_int(f[7], "index", "Atoi", 64), f[8]
+        if index < 0:
+            raise AnnotationError(f"index field must not be negative: {index}")
+    return DeviceInfo(
+        id=DeviceUUID(f[0]),
+        count=count,
+        devmem=devmem,
+        devcore=devcore,
+        type=f[4],
+        numa=numa,
+        health=health,
+        index=index,
+        mode=mode,
+    )
+
+
 def decode_node_devices_legacy(value: str) -> tuple[DeviceInfo, ...]:
-    """The pre-v2.8 colon form ``id,count,devmem,devcore,type,numa,health[,index,mode]:`` per device."""
+    """The pre-v2.8 colon form ``id,count,devmem,devcore,type,numa,health[,index,mode]:`` per device.
+
+    Every malformed part is an error naming it, with HAMi v2.10's words (``invalid count field:
+    strconv.ParseInt: parsing "x": invalid syntax``); earlier HAMi read such a field as 0.
+    """
     if ":" not in value:
-        raise AnnotationError(NODE_FORMAT_ERROR)
+        raise AnnotationError("node annotation missing device separator")
     out: list[DeviceInfo] = []
     for chunk in value.split(":"):
-        if "," not in chunk:
+        if chunk == "":
             continue
+        if "," not in chunk:
+            raise AnnotationError(f"malformed node annotation segment: {_go_quote(chunk)}")
         f = chunk.split(",")
         if len(f) not in (7, 9):
-            raise AnnotationError(NODE_FORMAT_ERROR)
-        nine = len(f) == 9
-        out.append(
-            DeviceInfo(
-                id=DeviceUUID(f[0]),
-                count=_lenient_int(f[1], bits32=True),
-                devmem=_lenient_int(f[2], bits32=True),
-                devcore=_lenient_int(f[3], bits32=True),
-                type=f[4],
-                numa=_lenient_int(f[5]),
-                health=f[6] in _GO_TRUE,
-                index=_lenient_int(f[7]) if nine else 0,
-                mode=f[8] if nine else "hami-core",
-            )
-        )
+            raise AnnotationError(f"unexpected field count {len(f)} in node annotation")
+        out.append(_legacy_device(f))
     return tuple(out)
 
 

@@ -194,8 +194,9 @@ class _Pod:
         return req.type == NVIDIA
 
     def uuid_ok(self, d: DeviceInfo) -> bool:
-        if self.use_uuids:
-            return d.id in self.use_uuids
+        """Both lists apply, as HAMi v2.10's ``CheckUUID``: a card named in both is excluded."""
+        if self.use_uuids and d.id not in self.use_uuids:
+            return False
         return d.id not in self.nouse_uuids
 
 

@@ -218,12 +218,25 @@ def test_custom_resource_names_are_honoured() -> None:
 
 @pytest.mark.parametrize("pct", [101, 150, -1])
 def test_percentage_outside_0_to_100_is_refused_with_hamis_message(pct: int) -> None:
+    """HAMi v2.10 ``pkg/device/nvidia/device.go`` ``validateMemoryPercentage`` words the message;
+    ``pkg/scheduler/webhook.go`` answers it with ``admission.Errored(500)``. gpubus answers 400 on
+    purpose (README, differences): the pod is at fault, not the webhook, and a 500 reads as an
+    outage to users and alerting."""
     d = run(pod(container("train", limits={GPU: 1, PCT: pct})))
     assert not d.allowed and d.code == 400
     assert d.message == (
         f"invalid nvidia.com/gpumem-percentage value {pct} in container train: "
         "must be an integer between 0 and 100"
     )
+
+
+def test_percentage_over_100_in_an_init_container_is_refused_too() -> None:
+    """HAMi's webhook runs the same check over init containers first (webhook.go)."""
+    obj = pod(container("main", limits={GPU: 1}))
+    obj["spec"]["initContainers"] = [container("setup", limits={GPU: 1, PCT: 101})]
+    d = run(obj)
+    assert (d.allowed, d.code) == (False, 400)
+    assert "in container setup:" in d.message
 
 
 def test_priority_becomes_cuda_task_priority() -> None:

@@ -127,10 +127,43 @@ def test_legacy_seven_field_form_defaults_mode_and_index() -> None:
     ]
 
 
-@pytest.mark.parametrize("text", ["no-colon-here", "A,10,100,100,T:", "A,10,99999999999,100,T,0,true:"])
-def test_legacy_form_errors_use_the_hami_string(text: str) -> None:
-    with pytest.raises(AnnotationError, match=r"^node annotations not decode successfully$"):
+#: HAMi v2.10 ``pkg/device/devices.go`` ``DecodeNodeDevices``: every malformed part is an error
+#: naming it (before v2.10 a bad number was read as 0). Fields are checked in its order: count,
+#: memory, core, health, numa, then (9-field form) index.
+LEGACY_ERRORS = [
+    ("no-colon-here", "node annotation missing device separator"),
+    ("A:", 'malformed node annotation segment: "A"'),
+    ("A,10,100,100,T:", "unexpected field count 5 in node annotation"),
+    ("A,x,100,100,T,0,true:", 'invalid count field: strconv.ParseInt: parsing "x": invalid syntax'),
+    ("A,,100,100,T,0,true:", 'invalid count field: strconv.ParseInt: parsing "": invalid syntax'),
+    ("A, 10,100,100,T,0,true:", 'invalid count field: strconv.ParseInt: parsing " 10": invalid syntax'),
+    ("A,1_0,100,100,T,0,true:", 'invalid count field: strconv.ParseInt: parsing "1_0": invalid syntax'),
+    (
+        "A,10,99999999999,100,T,0,true:",
+        'invalid memory field: strconv.ParseInt: parsing "99999999999": value out of range',
+    ),
+    ("A,10,1.5,100,T,0,true:", 'invalid memory field: strconv.ParseInt: parsing "1.5": invalid syntax'),
+    ("A,10,100,abc,T,0,true:", 'invalid core field: strconv.ParseInt: parsing "abc": invalid syntax'),
+    ("A,10,100,100,T,0,yes:", 'invalid health field: strconv.ParseBool: parsing "yes": invalid syntax'),
+    ("A,10,100,100,T,n,yes:", 'invalid health field: strconv.ParseBool: parsing "yes": invalid syntax'),
+    ("A,10,100,100,T,n,true:", 'invalid numa field: strconv.Atoi: parsing "n": invalid syntax'),
+    ("A,10,100,100,T,0,true,i,mig:", 'invalid index field: strconv.Atoi: parsing "i": invalid syntax'),
+    ("A,10,100,100,T,0,true,-1,mig:", "index field must not be negative: -1"),
+    ('A,"1",100,100,T,0,true:', 'invalid count field: strconv.ParseInt: parsing "\\"1\\"": invalid syntax'),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), LEGACY_ERRORS)
+def test_legacy_form_errors_name_the_field_as_hami_v2_10(text: str, message: str) -> None:
+    with pytest.raises(AnnotationError) as caught:
         ann.decode_node_devices_legacy(text)
+    assert str(caught.value) == message
+
+
+def test_legacy_form_reads_signed_numbers_and_the_nine_field_form() -> None:
+    """Go's ParseInt takes a sign; the 9-field form carries index and mode (devices.go)."""
+    (dev,) = ann.decode_node_devices_legacy("GPU-a,+10,-0,100,NVIDIA-A100,1,T,3,mig:")
+    assert (dev.count, dev.devmem, dev.numa, dev.health, dev.index, dev.mode) == (10, 0, 1, True, 3, "mig")
 
 
 def test_pair_scores() -> None:

@@ -204,6 +204,31 @@ def test_numa_bind_places_all_cards_on_one_numa_node() -> None:
     assert len(numas) == 1
 
 
+#: HAMi v2.10 ``pkg/device/devices.go`` ``CheckUUID``: the use list and the nouse list both apply
+#: (a card named in both is excluded); an empty or blank value is no constraint; members are trimmed.
+UUID_LISTS = [
+    ("", "", {0, 1, 2}),
+    ("GPU-1", "", {1}),
+    ("", "GPU-1", {0, 2}),
+    ("GPU-0,GPU-1", "GPU-1", {0}),
+    ("GPU-1", "GPU-1", set()),
+    ("GPU-0, GPU-2 ", " GPU-2", {0}),
+    ("  ", "GPU-0", {1, 2}),
+    ("GPU-9", "", set()),
+    ("GPU-0,,GPU-1", ",", {0, 1}),
+]
+
+
+@pytest.mark.parametrize(("use_list", "nouse_list", "eligible"), UUID_LISTS)
+def test_use_and_nouse_uuid_lists_both_apply(use_list: str, nouse_list: str, eligible: set[int]) -> None:
+    lists = {"nvidia_com__use_gpuuuid": use_list, "nvidia_com__nouse_gpuuuid": nouse_list}
+    fits = {i for i in range(3) if fit_pod(node([dev(i)]), pod(req(mem=1), **lists)).fit}
+    assert fits == eligible
+    verdict = fit_pod(node([dev(0), dev(1), dev(2)]), pod(req(nums=3, mem=1), **lists))
+    excluded = 3 - len(eligible)
+    assert verdict.reasons.get(Reason.CARD_UUID_MISMATCH, 0) == excluded
+
+
 @pytest.mark.parametrize(
     ("entry", "device_type", "match"),
     [

@@ -40,12 +40,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from natsproc import NatsServerProcess  # noqa: E402
 
 from services.scheduler.app import SchedulerApp  # noqa: E402
-from services.scheduler.leases import device_counts, lease_key  # noqa: E402
 from services.scheduler.settings import SchedulerSettings  # noqa: E402
 from services.sim.apiserver import SimApiServer  # noqa: E402
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings  # noqa: E402
 from shared.codec import to_wire  # noqa: E402
 from shared.events import AllocationDecided, Event, Inventory  # noqa: E402
+from shared.handoff import device_counts, lease_key  # noqa: E402
 from shared.kube import KubeClient  # noqa: E402
 from shared.ledger_entries import encode_allocation  # noqa: E402
 from shared.model import (  # noqa: E402

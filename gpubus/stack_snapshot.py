@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-import msgpack
-
 from shared.annotations import collapse_usage
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings
-from shared.codec import from_wire, to_wire
+from shared.codec import to_wire
 from shared.errors import EventDecodeError
 from shared.events import Inventory
+from shared.inventory_entries import decode_inventory_entry
+from shared.ledger_entries import decode_entry
 from shared.model import Allocation, AllocationState, DeviceUsage
 
 
@@ -42,10 +42,17 @@ def cluster_json(inventories: list[Inventory], allocations: list[Allocation]) ->
     return {"nodes": nodes}
 
 
-def _decode(cls: type[Any], value: bytes) -> Any:
+def _inventory(key: str, value: bytes) -> Inventory | None:
     try:
-        return from_wire(cls, msgpack.unpackb(value, raw=False))
-    except (EventDecodeError, ValueError, msgpack.UnpackException):
+        return decode_inventory_entry(key, value)
+    except EventDecodeError:
+        return None
+
+
+def _allocation(key: str, value: bytes) -> Allocation | None:
+    try:
+        return decode_entry(key, value)
+    except EventDecodeError:
         return None
 
 
@@ -56,6 +63,6 @@ async def snapshot(settings: BusSettings) -> dict[str, Any]:
         ledger = await (await bus.kv(ALLOCATIONS)).items()
     finally:
         await bus.close()
-    invs = [i for i in (_decode(Inventory, e.value) for e in inventory.values()) if i is not None]
-    allocs = [a for a in (_decode(Allocation, e.value) for e in ledger.values()) if a is not None]
+    invs = [i for i in (_inventory(k, e.value) for k, e in inventory.items()) if i is not None]
+    allocs = [a for a in (_allocation(k, e.value) for k, e in ledger.items()) if a is not None]
     return cluster_json(invs, allocs)

@@ -35,7 +35,7 @@ def encode_allocation(allocation: Allocation) -> bytes:
 
 
 class KeyMismatch(EventDecodeError):
-    """A well-formed entry stored under another pod's key."""
+    """A well-formed KV entry stored under another's key (a pod's, or a node's inventory)."""
 
 
 def decode_entry(key: str, value: bytes) -> Allocation:

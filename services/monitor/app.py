@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import msgpack
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
@@ -29,21 +28,17 @@ from services.monitor.settings import MonitorSettings, SourceKind
 from services.monitor.sources.hamicore import CONTAINERS_DIR, HamiCoreSource
 from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
 from services.monitor.sources.sim import SimSource
-from shared.bus import ANY, BusStats
+from shared.bus import ALLOCATIONS, ANY, INVENTORY, BusStats
 from shared.bus.metrics import BusStatsCollector
-from shared.codec import from_wire
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
+from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import decode_entry
 from shared.model import Allocation
 from shared.service import bound_port
 from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
-
-ALLOCATIONS_BUCKET = "allocations"
-INVENTORY_BUCKET = "inventory"
-
 
 class KVPort(Protocol):
     async def items(self) -> dict[str, Any]: ...
@@ -185,8 +180,8 @@ class MonitorApp:
         """Rebuild every ledger from the ``allocations`` bucket (and devices from ``inventory``)."""
         assert self.bus is not None
         try:
-            entries = await (await self.bus.kv(ALLOCATIONS_BUCKET)).items()
-            inventory = await self.bus.kv(INVENTORY_BUCKET)
+            entries = await (await self.bus.kv(ALLOCATIONS)).items()
+            inventory = await self.bus.kv(INVENTORY)
             allocations = [a for a in (self._decode(k, e.value) for k, e in entries.items()) if a is not None]
             self._holders = {a.pod_uid: a.node for a in allocations if a.node in self.monitors}
             for m in self.monitors.values():
@@ -199,14 +194,10 @@ class MonitorApp:
 
     def _set_devices(self, monitor: Monitor, value: bytes) -> None:
         try:
-            inventory = from_wire(Inventory, msgpack.unpackb(value, raw=False))
-        except (EventDecodeError, ValueError) as e:
+            inventory = decode_inventory_entry(monitor.node, value)
+        except EventDecodeError as e:
             self.ledger_decode_errors += 1
-            log.warning("skipping undecodable inventory entry of %s: %s", monitor.node, e)
-            return
-        if inventory.node != monitor.node:  # the key says whose it is; a body naming another is unusable
-            self.ledger_decode_errors += 1
-            log.warning("skipping inventory entry %s: it names node %r", monitor.node, inventory.node)
+            log.warning("skipping inventory entry of %s: %s", monitor.node, e)
             return
         monitor.ledger.devices = inventory.devices
 

@@ -16,7 +16,6 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 
-import msgpack
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
@@ -41,7 +40,6 @@ from services.node_agent.verify import (
 from shared.annotations import NODE_REGISTER, encode_node_devices
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings, Lease, Route, Service
 from shared.bus.metrics import BusStatsCollector
-from shared.codec import to_wire
 from shared.errors import BusUnavailable, EventDecodeError, GpubusError, clip
 from shared.events import (
     AllocationDecided,
@@ -52,8 +50,10 @@ from shared.events import (
     Inventory,
     node_token,
 )
-from shared.handoff import lease_key
-from shared.kube import KubeApi, KubeClient
+from shared.handoff import device_counts, lease_key
+from shared.inventory_entries import encode_inventory
+from shared.kube import KubeApi
+from shared.kube_config import kube_client
 from shared.ledger_entries import decode_entry
 from shared.model import Allocation, DeviceUUID, PodUID
 
@@ -244,7 +244,7 @@ class NodeAgent:
             self._verify_wakeup.set()
 
     async def _release_leases(self, allocation: Allocation) -> None:
-        sizes = sorted({len(d) for d in allocation.devices if d})
+        sizes = device_counts(allocation.devices)
         revisions = self._lease_revisions.pop(allocation.pod_uid, {})
         deadline = asyncio.get_running_loop().time() + self.bus.settings.lock_ttl_s
         for size in sizes:
@@ -399,9 +399,7 @@ class NodeAgent:
         )
         self.bus.emit(event)
         try:
-            await (await self.bus.kv(INVENTORY)).put(
-                self.node, msgpack.packb(to_wire(event), use_bin_type=True)
-            )
+            await (await self.bus.kv(INVENTORY)).put(self.node, encode_inventory(event))
         except BusUnavailable as e:
             log.info("inventory KV not written (%s); next heartbeat retries", e)
 
@@ -418,15 +416,6 @@ class NodeAgent:
             log.warning("cannot write %s on node %s: %s", NODE_REGISTER, self.node, e)
             return
         self._annotation = value
-
-
-async def kube_client(settings: NodeAgentSettings) -> KubeApi | None:
-    """The Kubernetes API for the node annotation, or None when none is configured."""
-    if settings.kubeconfig:
-        return await KubeClient.from_kubeconfig(settings.kubeconfig)
-    if settings.in_cluster:
-        return await KubeClient.in_cluster()
-    return None
 
 
 async def metrics_server(settings: NodeAgentSettings, metrics: NodeAgentMetrics) -> web.AppRunner | None:

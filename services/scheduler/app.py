@@ -8,6 +8,7 @@ cancelled and awaited on :meth:`SchedulerApp.stop`; if one dies unexpectedly the
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -28,15 +29,16 @@ from services.scheduler.leases import AllocLeases
 from services.scheduler.ledger import Ledger
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.placement import Placement
-from services.scheduler.quota import NO_QUOTA, NamespaceQuota
-from services.scheduler.quota_cache import QuotaCache
+from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
 from services.scheduler.reconcile import Reconciler
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
 from shared.bus import Bus, BusSettings, BusStats, Subscription
 from shared.bus.metrics import BusStatsCollector
-from shared.kube import KubeApi, KubeClient
+from shared.kube import KubeApi
+from shared.kube_config import kube_client
 from shared.model import NodeName
+from shared.quota_cache import QuotaCache
 from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ class SchedulerApp:
         self.metrics = SchedulerMetrics(self.ledger, legacy=settings.legacy_metrics)
         self.metrics.registry.register(BusStatsCollector(self._bus_stats))
         self.names = settings.names()
-        self.quotas: QuotaCache | None = None
+        self.quotas: QuotaCache[NamespaceQuota] | None = None
         self.placement = Placement(
             self.ledger,
             Policies(node=settings.node_scheduler_policy, gpu=settings.gpu_scheduler_policy),
@@ -126,6 +128,7 @@ class SchedulerApp:
         self.quotas = QuotaCache(
             self.kube,
             self.names,
+            functools.partial(namespace_quota, names=self.names),
             ttl_s=s.quota_refresh_s,
             timeout_s=s.quota_read_timeout_s,
             on_error=lambda kind: self.metrics.quota_errors.labels(kind).inc(),
@@ -204,7 +207,6 @@ class SchedulerApp:
             self._spawn(self._tasks, "scheduler-nodes", self.reconciler.watch_nodes())
         if self.quotas is not None:
             self.quotas.want(self.ledger.namespaces())
-            self._spawn(self._tasks, "scheduler-quotas", self.quotas.run())
         self._spawn(self._tasks, "scheduler-sweep", self._sweep())
         self._spawn(self._tasks, "scheduler-bind-phase", self.phases.run())
         self._spawn(self._tasks, "scheduler-election", self.election.run())
@@ -216,6 +218,8 @@ class SchedulerApp:
             await self._runner.cleanup()
             self._runner = None
         await self.leases.close()
+        if self.quotas is not None:
+            await self.quotas.close()
         await self.state.close()
         await self.bus.close()
         if self._own_kube and self.kube is not None:
@@ -293,7 +297,8 @@ class SchedulerApp:
         )
 
     def _quota_of(self, namespace: str) -> NamespaceQuota:
-        return NO_QUOTA if self.quotas is None else self.quotas.get(namespace)
+        view = None if self.quotas is None else self.quotas.get(namespace)
+        return NO_QUOTA if view is None else view
 
     def _owner_alive(self, uid: str) -> bool:
         return self.binder.owner_alive(uid)
@@ -348,9 +353,7 @@ def _bound_port(site: web.TCPSite) -> int:
 
 
 async def _kube_from(settings: SchedulerSettings) -> KubeApi | None:
-    if settings.in_cluster:
-        return await KubeClient.in_cluster()
-    if settings.kubeconfig:
-        return await KubeClient.from_kubeconfig(settings.kubeconfig)
-    log.warning("no Kubernetes API configured: filter/prioritize work, bind answers an Error")
-    return None
+    kube = await kube_client(settings)
+    if kube is None:
+        log.warning("no Kubernetes API configured: filter/prioritize work, bind answers an Error")
+    return kube

@@ -36,12 +36,13 @@ from typing import Any
 
 from services.scheduler.errors import BindError
 from services.scheduler.fit import NodeFit
-from services.scheduler.leases import AllocLeases, LeaseTimeout, device_counts
+from services.scheduler.leases import AllocLeases, LeaseTimeout
 from services.scheduler.placement import Placement
 from services.scheduler.state import State
 from services.scheduler.wire import BindingArgs
 from shared import annotations as ann
 from shared.errors import AnnotationError, BusUnavailable, RequestError
+from shared.handoff import device_counts
 from shared.kube import KubeApi, KubeError
 from shared.model import Allocation, AllocationState, NodeName, PodRequest, PodUID
 from shared.requests import DEFAULT_NAMES, ResourceNames, pod_request

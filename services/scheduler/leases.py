@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from shared.bus import KV, LOCKS, Bus, Entry, Lease, Watch
 from shared.bus.kv import ttl_header_seconds
 from shared.errors import BusUnavailable, CasConflict
-from shared.handoff import lease_key
+from shared.handoff import device_counts, lease_key
 from shared.model import NodeName, PodDevices
 
 log = logging.getLogger(__name__)
@@ -41,11 +41,6 @@ class LeaseTimeout(Exception):
         super().__init__(f"Allocate lease {key} is still held by pod {holder or '?'}")
         self.key = key
         self.holder = holder
-
-
-def device_counts(devices: PodDevices) -> list[int]:
-    """Distinct per-container device counts of the GPU containers, ascending."""
-    return sorted({len(slot) for slot in devices if slot})
 
 
 class _Holder:

@@ -6,41 +6,28 @@ pod. Every ResourceQuota object is enforced on its own, so the tightest one per 
 What a namespace already uses comes from the ledger (each pod collapsed: init max vs app sum),
 never from the quota's ``status.used`` (Kubernetes counts per card, not per card x count).
 
-Owns parsing quota objects and building Fit's :class:`~services.scheduler.fit.Quota`; must not
-know I/O, NATS, HTTP or where the quota objects come from.
+The quota objects come parsed from :mod:`shared.quota` (their ``status.used`` is not read here).
+Owns reducing them to the tightest limits and building Fit's :class:`~services.scheduler.fit.Quota`;
+must not know I/O, NATS, HTTP or where the quota objects come from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from services.scheduler.fit import Quota
-from shared.requests import ResourceNames, parse_quantity
+from shared.quota import ParsedQuotas, QuotaLimit
+from shared.requests import ResourceNames
 
-LIMITS_PREFIX = "limits."
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QuotaLimit:
-    """The tightest ``limits.<resource>`` over a namespace's ResourceQuota objects."""
-
-    resource: str
-    """The GPU resource name without ``limits.``, e.g. ``nvidia.com/gpumem`` (HAMi's ``quota_name``)."""
-    hard: int
-    """The limit as written in the quota (memory: MiB before ``memoryFactor``)."""
-    quota: str
-    """Name of the ResourceQuota object that sets it (for logs)."""
+__all__ = ["NO_QUOTA", "NamespaceQuota", "QuotaLimit", "fit_quota", "namespace_quota"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NamespaceQuota:
-    """A namespace's GPU quota; ``None`` limits are not enforced."""
+    """A namespace's GPU quota: the tightest limit per resource; ``None`` limits are not enforced."""
 
     memory: QuotaLimit | None = None
     cores: QuotaLimit | None = None
-    invalid: tuple[str, ...] = ()
-    """``<quota>: <key>=<value>`` entries that are not integer quantities (ignored, counted)."""
 
     @property
     def enforced(self) -> bool:
@@ -53,35 +40,14 @@ class NamespaceQuota:
 NO_QUOTA = NamespaceQuota()
 
 
-def _map(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _tighter(held: QuotaLimit | None, new: QuotaLimit) -> QuotaLimit:
-    return new if held is None or new.hard < held.hard else held
-
-
-def parse_quotas(items: Iterable[Mapping[str, object]], names: ResourceNames) -> NamespaceQuota:
-    """ResourceQuota objects (Kubernetes JSON) -> the tightest memory and cores limits."""
+def namespace_quota(parsed: ParsedQuotas, *, names: ResourceNames) -> NamespaceQuota:
+    """The tightest memory and cores limits of the namespace's parsed quotas."""
     found: dict[str, QuotaLimit] = {}
-    invalid: list[str] = []
-    managed = {names.memory, names.cores} - {""}
-    for item in items:
-        quota = str(_map(item.get("metadata")).get("name", ""))
-        for key, raw in _map(_map(item.get("spec")).get("hard")).items():
-            resource = key.removeprefix(LIMITS_PREFIX)
-            if not key.startswith(LIMITS_PREFIX) or resource not in managed:
-                continue
-            try:
-                hard = parse_quantity(raw)
-            except ValueError:
-                invalid.append(f"{quota}: {key}={raw!r}")
-                continue
-            limit = QuotaLimit(resource=resource, hard=hard, quota=quota)
-            found[resource] = _tighter(found.get(resource), limit)
-    return NamespaceQuota(
-        memory=found.get(names.memory), cores=found.get(names.cores), invalid=tuple(invalid)
-    )
+    for limit in parsed.limits:
+        held = found.get(limit.resource)
+        if held is None or limit.hard < held.hard:
+            found[limit.resource] = limit
+    return NamespaceQuota(memory=found.get(names.memory), cores=found.get(names.cores))
 
 
 def fit_quota(

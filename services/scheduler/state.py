@@ -19,32 +19,22 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
-import msgpack
-
 from services.scheduler.ledger import STALE_HEARTBEATS, Ledger, NodeInventory
 from shared.bus import ALLOCATIONS, INVENTORY, KV, Bus, Entry, Subscription, Watch
-from shared.codec import from_wire
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
+from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import KeyMismatch, decode_allocation, decode_entry, encode_allocation
 from shared.model import Allocation, AllocationState, NodeName, PodUID
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ChangeCallback", "State", "decode_allocation", "decode_inventory", "encode_allocation"]
+__all__ = ["ChangeCallback", "State", "decode_allocation", "encode_allocation"]
 
 #: ``on_change(node)``: something about this node's allocations changed (wakes lease waiters).
 ChangeCallback = Callable[[NodeName], None]
 #: ``on_input_error(source, kind)``, e.g. ``("kv/allocations", "key_mismatch")``.
 InputErrorCallback = Callable[[str, str], None]
-
-
-def decode_inventory(value: bytes) -> Inventory:
-    try:
-        body = msgpack.unpackb(value, raw=False)
-    except Exception as e:
-        raise EventDecodeError(f"inventory entry is not valid msgpack: {e}") from e
-    return from_wire(Inventory, body)
 
 
 @contextlib.contextmanager
@@ -132,7 +122,10 @@ class State:
 
     def _on_inventory_entry(self, node: NodeName, entry: Entry, *, loaded_at: float | None = None) -> None:
         try:
-            event = decode_inventory(entry.value)
+            event = decode_inventory_entry(node, entry.value)
+        except KeyMismatch as e:
+            self._input_error(f"kv/{INVENTORY}", "key_mismatch", f"{e}; ignored")
+            return
         except EventDecodeError as e:
             self._input_error(
                 f"kv/{INVENTORY}", "undecodable", f"inventory entry for {node} is unusable: {e}"

@@ -15,13 +15,15 @@ from aiohttp import web
 
 from services.webhook.buslink import BusLink
 from services.webhook.metrics import WebhookMetrics
-from services.webhook.quota_cache import QuotaCache
+from services.webhook.quota import QuotaView
 from services.webhook.server import Deps, build_runner
 from services.webhook.settings import WebhookSettings
 from services.webhook.tls import CertReloader
 from shared.bus import BusSettings
 from shared.bus.metrics import BusStatsCollector
 from shared.kube import KubeClient
+from shared.kube_config import kube_client
+from shared.quota_cache import READ_FAILED, QuotaCache
 from shared.service import bound_port, on_stop_signals
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,7 @@ class Webhook:
     metrics: WebhookMetrics
     runner: web.AppRunner
     kube: KubeClient | None = None
+    quotas: QuotaCache[QuotaView] | None = None
     tls: CertReloader | None = None
     port: int = 0
     _closed: bool = field(default=False)
@@ -47,10 +50,8 @@ class Webhook:
         metrics = WebhookMetrics(dropped_events=lambda: bus.dropped)
         metrics.registry.register(BusStatsCollector(lambda: bus.stats))
         tls = _tls(settings, metrics)
-        kube = await _kube(settings)
-        quotas = QuotaCache(
-            kube, settings.names(), ttl_s=settings.quota_cache_ttl_s, on_error=metrics.quota_errors.inc
-        )
+        kube = await kube_client(settings)
+        quotas = _quotas(kube, settings, metrics)
         deps = Deps(
             settings=admission,
             quotas=quotas,
@@ -62,7 +63,9 @@ class Webhook:
         )
         runner = build_runner(deps)
         await runner.setup()
-        webhook = cls(settings=settings, bus=bus, metrics=metrics, runner=runner, kube=kube, tls=tls)
+        webhook = cls(
+            settings=settings, bus=bus, metrics=metrics, runner=runner, kube=kube, quotas=quotas, tls=tls
+        )
         try:
             site = web.TCPSite(runner, settings.bind, settings.port, ssl_context=tls.context if tls else None)
             await site.start()
@@ -80,6 +83,8 @@ class Webhook:
         self._closed = True
         await self.runner.cleanup()
         await self.bus.close()
+        if self.quotas is not None:
+            await self.quotas.close()
         if self.kube is not None:
             await self.kube.close()
 
@@ -96,13 +101,20 @@ def _tls(settings: WebhookSettings, metrics: WebhookMetrics) -> CertReloader | N
     )
 
 
-async def _kube(settings: WebhookSettings) -> KubeClient | None:
-    if settings.kubeconfig:
-        return await KubeClient.from_kubeconfig(settings.kubeconfig)
-    if settings.in_cluster:
-        return await KubeClient.in_cluster()
-    log.info("no Kubernetes API configured: ResourceQuotas are not checked at admission")
-    return None
+def _quotas(
+    kube: KubeClient | None, settings: WebhookSettings, metrics: WebhookMetrics
+) -> QuotaCache[QuotaView] | None:
+    if kube is None:
+        log.info("no Kubernetes API configured: ResourceQuotas are not checked at admission")
+        return None
+
+    def count(kind: str) -> None:
+        if kind == READ_FAILED:  # the webhook's counter is of reads; a bad limit is the scheduler's
+            metrics.quota_errors.inc()
+
+    return QuotaCache(
+        kube, settings.names(), QuotaView.from_parsed, ttl_s=settings.quota_cache_ttl_s, on_error=count
+    )
 
 
 async def run(settings: WebhookSettings, bus_settings: BusSettings) -> None:

@@ -1,7 +1,7 @@
 """Namespace ResourceQuota limits on GPU memory and cores, and whether one pod fits them (pure).
 
-HAMi's keys: ``limits.<memory resource>`` (MiB, before ``memoryFactor``) and ``limits.<cores
-resource>`` (% of a card) in ``spec.hard``. Every ResourceQuota object is enforced on its own, so the
+The entries come parsed from :mod:`shared.quota` (HAMi's ``limits.<memory|cores resource>`` keys of
+``spec.hard``). Every ResourceQuota object is enforced on its own, so the
 tightest one decides. A pod's demand is per card x card count, and init containers run before the
 app containers: ``max(sum over app containers, max over init containers)``. The webhook does not
 keep the allocation ledger, so ``used`` is what the quota's ``status.used`` reports (0 if absent);
@@ -10,25 +10,14 @@ the scheduler repeats the check against its ledger at Fit time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared.model import ContainerSpec
-from shared.requests import ResourceNames, parse_quantity
+from shared.quota import ParsedQuotas, QuotaLimit
+from shared.requests import ResourceNames
 
-LIMITS_PREFIX = "limits."
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QuotaLimit:
-    """One ``limits.<resource>`` entry of one ResourceQuota object."""
-
-    quota: str
-    """Name of the ResourceQuota object (for the message)."""
-    resource: str
-    """The GPU resource name without the ``limits.`` prefix, e.g. ``nvidia.com/gpumem``."""
-    hard: int
-    used: int = 0
+__all__ = ["NO_QUOTA", "UNKNOWN", "PodDemand", "QuotaLimit", "QuotaView", "exceeded", "pod_demand"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,31 +29,13 @@ class QuotaView:
     """True when the quotas could not be read: admission goes on without the check, with a warning."""
 
     @classmethod
-    def from_resource_quotas(cls, items: Iterable[Mapping[str, object]], names: ResourceNames) -> QuotaView:
-        """ResourceQuota objects (Kubernetes JSON) -> the entries for ``names``' memory and cores."""
-        managed = {names.memory, names.cores} - {""}
-        limits: list[QuotaLimit] = []
-        for item in items:
-            meta, spec, status = (_map(item.get(k)) for k in ("metadata", "spec", "status"))
-            used = _map(status.get("used"))
-            for key, raw in _map(spec.get("hard")).items():
-                resource = key.removeprefix(LIMITS_PREFIX)
-                if not key.startswith(LIMITS_PREFIX) or resource not in managed:
-                    continue
-                hard = _quantity(raw)
-                if hard is not None:
-                    limits.append(
-                        QuotaLimit(
-                            quota=str(meta.get("name", "")),
-                            resource=resource,
-                            hard=hard,
-                            used=_quantity(used.get(key)) or 0,
-                        )
-                    )
-        return cls(limits=tuple(limits))
+    def from_parsed(cls, parsed: ParsedQuotas) -> QuotaView:
+        """Every entry of every object: each is enforced on its own, against its ``status.used``."""
+        return cls(limits=parsed.limits)
 
 
 NO_QUOTA = QuotaView()
+UNKNOWN = QuotaView(unknown=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,13 +72,3 @@ def exceeded(view: QuotaView, demand: PodDemand, names: ResourceNames) -> QuotaL
             return limit
     return None
 
-
-def _map(value: object) -> Mapping[str, object]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _quantity(raw: object) -> int | None:
-    try:
-        return parse_quantity(raw)
-    except ValueError:
-        return None

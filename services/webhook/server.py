@@ -20,9 +20,9 @@ from services.webhook.buslink import EventSink
 from services.webhook.errors import BadRequestKind, BadReview
 from services.webhook.events import event_for
 from services.webhook.metrics import WebhookMetrics
-from services.webhook.quota import NO_QUOTA
-from services.webhook.quota_cache import QuotaCache
+from services.webhook.quota import NO_QUOTA, UNKNOWN, QuotaView
 from services.webhook.reviews import AdmissionRequest, decode_review, encode_failure, encode_response
+from shared.quota_cache import QuotaCache
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,8 @@ class Deps:
     """What the handlers use, built by the composition root."""
 
     settings: AdmissionSettings
-    quotas: QuotaCache
+    quotas: QuotaCache[QuotaView] | None
+    """None without a Kubernetes API: quotas are not checked at admission."""
     events: EventSink
     metrics: WebhookMetrics
     max_body_bytes: int
@@ -60,6 +61,14 @@ def build_app(deps: Deps) -> web.Application:
     return app
 
 
+async def _quotas(cache: QuotaCache[QuotaView] | None, namespace: str) -> QuotaView:
+    """The namespace's quota as it is now (at most the cache's TTL old); UNKNOWN when unreadable."""
+    if cache is None:
+        return NO_QUOTA
+    view = await cache.fresh(namespace)
+    return UNKNOWN if view is None else view
+
+
 def _review_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]]:
     metrics = deps.metrics
 
@@ -68,7 +77,7 @@ def _review_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Respons
         try:
             api_version, req = decode_review(await _read_body(request, deps.max_body_bytes))
             creating = req.get("operation") == "CREATE"
-            quotas = await deps.quotas.view(str(req.get("namespace") or "")) if creating else NO_QUOTA
+            quotas = await _quotas(deps.quotas, str(req.get("namespace") or "")) if creating else NO_QUOTA
             decision = admit(req, deps.settings, quotas)
             body = encode_response(
                 api_version,

@@ -4,6 +4,7 @@
 Callers see only :mod:`shared.errors` types, never nats-py exceptions.
 """
 
+from shared.bus.buckets import ALLOCATIONS, INVENTORY, LOCKS, STREAM
 from shared.bus.client import Bus, QueryHandler, Service
 from shared.bus.consumer import ConsumerOptions, DecodeErrorHandler, Deliver, Handler, Subscription
 from shared.bus.errors import EventRefused, InvalidKey, NoResponders, QueryFailed
@@ -11,7 +12,7 @@ from shared.bus.fanout import ANY, Fanout, Route
 from shared.bus.kv import KV, Entry, Snapshot, Watch, WatchCallback
 from shared.bus.lease import Lease, OwnerCheck
 from shared.bus.schema import QUERY_TOKEN, event_subjects
-from shared.bus.settings import ALLOCATIONS, INVENTORY, LOCKS, STREAM, BusSettings
+from shared.bus.settings import BusSettings
 from shared.bus.stats import BusStats
 
 __all__ = [

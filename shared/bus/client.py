@@ -24,6 +24,7 @@ from nats.aio.subscription import Subscription as CoreSubscription
 from nats.js import JetStreamContext
 
 from shared.bus import schema
+from shared.bus.buckets import LOCKS, STREAM
 from shared.bus.consumer import (
     ConsumerOptions,
     DecodeErrorHandler,
@@ -37,7 +38,7 @@ from shared.bus.fanout import Fanout, Route
 from shared.bus.kv import KV
 from shared.bus.lease import Lease
 from shared.bus.outbox import Outbox
-from shared.bus.settings import LOCKS, STREAM, BusSettings, check_settings, connect_options, redact_url
+from shared.bus.settings import BusSettings, check_settings, connect_options, redact_url
 from shared.bus.stats import BusStats
 from shared.codec import MAX_EVENT_BYTES, encode
 from shared.errors import BusRefused, BusUnavailable, clip

@@ -12,7 +12,8 @@ import logging
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-from shared.bus.settings import ALLOCATIONS, INVENTORY, LOCKS, STREAM, BusSettings
+from shared.bus.buckets import ALLOCATIONS, INVENTORY, LOCKS, STREAM
+from shared.bus.settings import BusSettings
 from shared.events import CATALOGUE, SUBJECT_ROOT
 
 log = logging.getLogger(__name__)

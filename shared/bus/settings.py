@@ -16,13 +16,6 @@ from typing import Any
 
 from shared.errors import BusRefused
 
-#: Name of the one JetStream stream that carries every event (subjects ``gpubus.>``).
-STREAM = "GPUBUS"
-#: Buckets gpubus keeps current state in.
-INVENTORY = "inventory"
-ALLOCATIONS = "allocations"
-LOCKS = "locks"
-
 _SECRET_FIELDS = frozenset({"password", "token"})
 _FILE_FIELDS = ("creds_file", "nkey_seed_file", "tls_ca", "tls_cert", "tls_key")
 _URL_USERINFO = re.compile(r"(?<=://)[^@/]*@")

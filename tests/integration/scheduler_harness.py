@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import msgpack
 
 from services.scheduler.app import SchedulerApp
 from services.scheduler.settings import SchedulerSettings
 from shared.bus import INVENTORY, Bus, BusSettings
-from shared.codec import to_wire
 from shared.events import Inventory
+from shared.inventory_entries import encode_inventory
 from shared.kube import KubeClient
 from shared.model import DeviceInfo, DeviceUUID
 
@@ -81,7 +80,7 @@ async def register_node(
         source=f"node-agent/{node}",
     )
     kv = await bus.kv(INVENTORY)
-    await kv.put(node, msgpack.packb(to_wire(event), use_bin_type=True))
+    await kv.put(node, encode_inventory(event))
     await bus.publish(event)
     return event
 

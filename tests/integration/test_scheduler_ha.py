@@ -34,12 +34,11 @@ from scheduler_harness import (
 
 from services.scheduler.app import SchedulerApp
 from services.scheduler.forward import BIND_SUBJECT, BindForwarder
-from services.scheduler.leases import device_counts
 from services.scheduler.wire import BindingArgs
 from services.sim.apiserver import SimApiServer
 from shared.bus import Bus, NoResponders, QueryHandler, Subscription
 from shared.events import AllocationDecided, Event
-from shared.handoff import lease_key
+from shared.handoff import device_counts, lease_key
 from shared.kube import KubeClient
 from shared.model import AllocationState, DeviceUUID, NodeName
 

@@ -13,6 +13,7 @@ from admission_builders import container, pod, run
 
 from services.webhook.admission import QUOTA_UNKNOWN_WARNING, AdmissionSettings, Outcome
 from services.webhook.quota import QuotaLimit, QuotaView
+from shared.quota import parse_resource_quotas
 from shared.requests import ResourceNames
 
 GPU, MEM, CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"
@@ -20,7 +21,7 @@ NAMES = ResourceNames()
 
 
 def view(*quotas: dict[str, Any], names: ResourceNames = NAMES) -> QuotaView:
-    return QuotaView.from_resource_quotas(quotas, names)
+    return QuotaView.from_parsed(parse_resource_quotas(quotas, names))
 
 
 def test_only_limits_entries_of_gpu_memory_and_cores_are_read() -> None:

@@ -8,26 +8,20 @@ Case matrix:
 - placement: a pod over the memory quota fails every node with ``ResourceQuotaNotFit`` (filter and
   decide); a pod's own entry does not count against it; memoryFactor scales the limit; an explicit
   0 blocks; a cores quota; no quota keeps the fast path's answer;
-- the cache: filter never waits (unknown namespace: not enforced, queued); bind waits for the
-  first read; failed reads and bad limits are counted, the last good view stays in force.
+(the cache in front of the API is tests/unit/test_quota_cache.py's).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
-from asyncwait import wait_until
 
 from services.scheduler.fit import Policies
 from services.scheduler.ledger import Ledger, NodeInventory
 from services.scheduler.placement import Placement
-from services.scheduler.quota import NO_QUOTA, NamespaceQuota, parse_quotas
-from services.scheduler.quota_cache import QuotaCache
-from shared.errors import GpubusError
-from shared.kube_types import ResourceQuota
+from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
 from shared.model import (
     Allocation,
     AllocationState,
@@ -40,10 +34,15 @@ from shared.model import (
     PodRequest,
     PodUID,
 )
+from shared.quota import parse_resource_quotas
 from shared.requests import DEFAULT_NAMES, ResourceNames
 
 NODES = (NodeName("n1"), NodeName("n2"))
 MEM = 80_000
+
+
+def parse_quotas(items: list[dict[str, object]], names: ResourceNames) -> NamespaceQuota:
+    return namespace_quota(parse_resource_quotas(items, names), names=names)
 
 
 def gpumem(limit: object, name: str = "q") -> dict[str, object]:
@@ -110,7 +109,6 @@ def test_memory_and_cores_limits_are_read_and_other_keys_ignored() -> None:
         "gpu",
     )
     assert q.cores is not None and q.cores.hard == 200
-    assert q.invalid == ()
 
 
 def test_the_tightest_of_several_quota_objects_decides() -> None:
@@ -126,9 +124,10 @@ def test_configured_resource_names_are_the_ones_read() -> None:
 
 @pytest.mark.parametrize("bad", ["lots", "1.5", True, None, [], "-"])
 def test_a_limit_that_is_not_an_integer_is_listed_not_raised(bad: object) -> None:
-    q = parse_quotas([gpumem(bad, "broken"), {"spec": "nonsense"}, {"metadata": 3}], DEFAULT_NAMES)
-    assert q.memory is None and not q.enforced
-    assert q.invalid == (f"broken: limits.nvidia.com/gpumem={bad!r}",)
+    items: list[dict[str, object]] = [gpumem(bad, "broken"), {"spec": "nonsense"}, {"metadata": 3}]
+    parsed = parse_resource_quotas(items, DEFAULT_NAMES)
+    assert parsed.invalid == (f"broken: limits.nvidia.com/gpumem={bad!r}",)
+    assert not namespace_quota(parsed, names=DEFAULT_NAMES).enforced
 
 
 # --- the ledger's namespace usage ------------------------------------------------------------
@@ -202,74 +201,3 @@ def test_other_namespaces_and_pods_without_a_quota_are_unaffected() -> None:
     _, place = placement({"team": parse_quotas([gpumem(1)], DEFAULT_NAMES)})
     assert place.filter(pod("p", 70_000, ns="free"), list(NODES), now=0.0).passed == list(NODES)
     assert place.quota_for(pod("p", 1, ns="free")) is None
-
-
-# --- the cache ------------------------------------------------------------------------------
-
-
-class FakeQuotas:
-    """A faithful ``QuotaSource``: serves what the test set, or fails like the adapter does."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, list[ResourceQuota]] = {}
-        self.failing = False
-        self.reads: list[str] = []
-        self.gate = asyncio.Event()
-        self.gate.set()
-
-    async def list_resource_quotas(self, namespace: str) -> list[ResourceQuota]:
-        self.reads.append(namespace)
-        await self.gate.wait()
-        if self.failing:
-            raise GpubusError("list resourcequotas: connection refused")
-        return list(self.items.get(namespace, []))
-
-
-async def _running(cache: QuotaCache) -> asyncio.Task[None]:
-    return asyncio.create_task(cache.run(), name="quota-cache-under-test")
-
-
-async def _stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
-async def test_filter_never_waits_and_bind_waits_for_the_first_read() -> None:
-    source = FakeQuotas()
-    source.items["team"] = [gpumem(500)]  # type: ignore[list-item]
-    source.gate.clear()
-    cache = QuotaCache(source, DEFAULT_NAMES, ttl_s=60.0)
-    task = await _running(cache)
-    try:
-        assert cache.get("team") is NO_QUOTA  # not read yet: not enforced at filter, read queued
-        await wait_until(lambda: source.reads == ["team"], what="the queued read")
-        ensure = asyncio.create_task(cache.ensure("team"))
-        assert cache.known() == {}  # the read is held at the gate
-        source.gate.set()
-        view = await ensure
-        assert view.memory is not None and view.memory.hard == 500
-        assert cache.get("team") == view and list(cache.known()) == ["team"]
-    finally:
-        await _stop(task)
-
-
-async def test_failed_reads_are_counted_and_the_last_good_view_stays() -> None:
-    source = FakeQuotas()
-    source.items["team"] = [gpumem(500), gpumem("junk", "bad")]  # type: ignore[list-item]
-    errors: list[str] = []
-    times = [0.0]
-    cache = QuotaCache(
-        source, DEFAULT_NAMES, ttl_s=10.0, error_ttl_s=1.0, on_error=errors.append, clock=lambda: times[0]
-    )
-    task = await _running(cache)
-    try:
-        first = await cache.ensure("team")
-        assert first.memory is not None and errors == ["invalid_quantity"]
-        source.failing = True
-        times[0] = 11.0
-        cache.want(["new"])  # wakes the refresher; "team" is due again
-        await wait_until(lambda: errors.count("read_failed") >= 2, what="both reads failing")
-        assert cache.get("team") == first
-        assert await cache.ensure("new") is NO_QUOTA
-    finally:
-        await _stop(task)

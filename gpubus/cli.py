@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "services.scheduler.cli",
     "services.node_agent.cli",
     "services.monitor.cli",
+    "services.dashboard.cli",
     "services.sim.cli",
     "gpubus.tap_cli",
     "gpubus.stack_cli",

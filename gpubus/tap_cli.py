@@ -19,13 +19,13 @@ from gpubus.tap import (
     TapOptions,
     full_subject,
     render_json,
-    render_line,
     render_undecodable,
     replay_from,
 )
 from shared.bus import Bus, BusSettings
 from shared.config import load_settings
 from shared.errors import BusUnavailable, EventDecodeError
+from shared.event_text import render_line
 from shared.events import Event
 
 

@@ -11,10 +11,10 @@ from gpubus.tap import (
     full_subject,
     parse_since,
     render_json,
-    render_line,
     render_undecodable,
     replay_from,
 )
+from shared.event_text import render_line
 from shared.events import AllocationDecided, AllocationReleased, Inventory
 from shared.model import Allocation, ContainerDevice, DeviceInfo, DeviceUUID, NodeName, PodUID
 

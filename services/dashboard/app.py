@@ -1,0 +1,209 @@
+"""Composition root of ``gpubus dashboard``: bus -> seed from KV -> live follower -> HTTP server.
+
+Reads NATS only (the ``inventory`` and ``allocations`` buckets once at start, then the
+``GPUBUS`` stream), never the Kubernetes API, and writes nothing: it does not even create the
+schema, so a subscribe-only NATS user serves it. Time travel (:meth:`Dashboard.view_at`) folds
+the stream from the newest checkpoint before the moment (or from the stream's start) with the
+same fold as the live view, and keeps the last few rebuilt views. Nothing else in the dashboard
+constructs long-lived resources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+import msgpack
+import orjson
+from aiohttp import web
+
+from services.dashboard.errors import ReplayUnavailable
+from services.dashboard.metrics import DashboardStats, make_registry
+from services.dashboard.pages import PageOptions
+from services.dashboard.server import Deps, Pulse, build_app
+from services.dashboard.settings import DashboardSettings
+from services.dashboard.stream import Follower, replay
+from services.dashboard.timeline import Raw, Timeline, absorb
+from services.dashboard.view import ClusterView
+from shared.bus import ALLOCATIONS, INVENTORY, STREAM, Bus, BusSettings
+from shared.bus.errors import translated
+from shared.bus.metrics import BusStatsCollector
+from shared.codec import from_wire
+from shared.errors import BusUnavailable, EventDecodeError
+from shared.events import Inventory
+from shared.ledger_entries import decode_entry
+from shared.model import Allocation
+from shared.service import bound_port, on_stop_signals
+
+log = logging.getLogger(__name__)
+
+
+class Dashboard:
+    """A running dashboard: :meth:`start` it, read :attr:`port`, :meth:`close` it."""
+
+    def __init__(self, settings: DashboardSettings, bus: Bus, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.clock = clock
+        self.timeline = Timeline(feed_size=settings.feed_size, checkpoints=settings.checkpoints,
+                                 checkpoint_interval_s=settings.checkpoint_interval_s)
+        self.stats = DashboardStats()
+        self.pulse = Pulse()
+        self.follower = Follower(bus.js, self._on_raw)
+        self._replays: OrderedDict[float, ClusterView] = OrderedDict()
+        self._replaying = asyncio.Lock()
+        registry = make_registry(self._read_stats, lambda: self.deps.streams)
+        registry.register(BusStatsCollector(lambda: bus.stats))
+        self.deps = Deps(source=self, stats=self.stats, registry=registry, pulse=self.pulse,
+                         options=PageOptions(pending_forget_s=settings.pending_forget_s),
+                         push_interval_s=settings.push_interval_s, max_streams=settings.max_streams,
+                         clock=clock)
+        self.runner = web.AppRunner(build_app(self.deps), access_log=None, handle_signals=False)
+        self.port = 0
+
+    @classmethod
+    async def start(cls, settings: DashboardSettings, bus: Bus) -> Dashboard:
+        dashboard = cls(settings, bus)
+        try:
+            await dashboard._open()
+        except BaseException:
+            await dashboard.close()
+            raise
+        return dashboard
+
+    async def _open(self) -> None:
+        now = self.clock()
+        await self._seed(now)
+        if await self.follower.start(now - self.settings.history_s):
+            self.timeline.mark_caught_up()
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.settings.bind, self.settings.port)
+        await site.start()
+        self.port = bound_port(self.runner, default=self.settings.port)
+        log.info("dashboard serving http://%s:%d", self.settings.bind, self.port)
+
+    async def close(self) -> None:
+        await self.follower.stop()
+        await self.runner.cleanup()
+
+    # -- the live view ------------------------------------------------------------------------
+    async def _seed(self, now: float) -> None:
+        """The buckets' current entries; an undecodable one is counted and skipped."""
+        inventories = [i for i in (self._inventory(k, e.value) for k, e in
+                                   (await (await self.bus.kv(INVENTORY)).items()).items()) if i is not None]
+        allocations = [a for a in (self._allocation(k, e.value) for k, e in
+                                   (await (await self.bus.kv(ALLOCATIONS)).items()).items()) if a is not None]
+        self.timeline.seed(inventories, allocations, now)
+        log.info("dashboard seeded with %d nodes and %d allocations", len(inventories), len(allocations))
+
+    def _inventory(self, key: str, value: bytes) -> Inventory | None:
+        try:
+            inventory = from_wire(Inventory, msgpack.unpackb(value, raw=False))
+        except (EventDecodeError, ValueError) as e:
+            self.stats.undecodable += 1
+            log.warning("skipping undecodable inventory entry %s: %s", key, e)
+            return None
+        return inventory
+
+    def _allocation(self, key: str, value: bytes) -> Allocation | None:
+        try:
+            return decode_entry(key, value)
+        except EventDecodeError as e:
+            self.stats.undecodable += 1
+            log.warning("skipping undecodable allocations entry %s: %s", key, e)
+            return None
+
+    def _on_raw(self, raw: Raw, pending: int) -> None:
+        self.timeline.on_message(raw, pending)
+        self.pulse.fire()
+
+    def _read_stats(self) -> DashboardStats:
+        view = self.timeline.view
+        self.stats.events = view.applied
+        self.stats.fold_errors = self.follower.handler_errors
+        undecodable = self.stats.undecodable + view.undecodable  # bucket entries + stream messages
+        return DashboardStats(**{**_fields(self.stats), "undecodable": undecodable})
+
+    # -- Source (for the server) -------------------------------------------------------------
+    def ready(self) -> bool:
+        return self.timeline.caught_up
+
+    async def view_at(self, at: float) -> ClusterView:
+        """The cluster at stream time ``at``, folded from a checkpoint or the stream's start."""
+        if at >= self.timeline.view.at and self.timeline.caught_up:
+            return self.timeline.view
+        key = round(at, 1)
+        async with self._replaying:  # one replay at a time: a slider must not start a dozen
+            cached = self._replays.get(key)
+            if cached is not None:
+                self._replays.move_to_end(key)
+                return cached
+            view = await self._rebuild(at)
+            self._replays[key] = view
+            while len(self._replays) > self.settings.replay_cache:
+                self._replays.popitem(last=False)
+            return view
+
+    async def _rebuild(self, at: float) -> ClusterView:
+        base = self.timeline.checkpoint_before(at)
+        view = base if base is not None else ClusterView()
+        started = time.perf_counter()
+        count = await replay(self.bus.js, start=None if base is None else base.at, after_seq=view.seq,
+                             until=at, on_raw=lambda raw: _fold(view, raw),
+                             timeout=self.settings.replay_timeout_s)
+        log.info("time travel to %.1f: %d events folded onto %s in %.2fs", at, count,
+                 "an empty view" if base is None else f"the checkpoint at {base.at:.1f}",
+                 time.perf_counter() - started)
+        return view
+
+    async def bounds(self) -> tuple[float, float]:
+        """Stream times of the first and last stored events (0, 0 for an empty stream)."""
+        try:  # nats-py's StreamState drops first_ts: ask the API for the JSON itself
+            with translated("stream info"):
+                reply = await self.bus.nc.request(f"$JS.API.STREAM.INFO.{STREAM}", b"",
+                                                  timeout=self.bus.settings.request_timeout_s)
+        except BusUnavailable as e:
+            raise ReplayUnavailable(str(e)) from e
+        state = orjson.loads(reply.data).get("state") or {}
+        first = _unix(state.get("first_ts")) if state.get("messages") else 0.0
+        return first, self.timeline.view.at
+
+
+def _fold(view: ClusterView, raw: Raw) -> None:
+    absorb(view, raw)
+
+
+def _unix(ts: object) -> float:
+    """An RFC 3339 UTC time as JetStream writes it (nanoseconds, ``Z``) -> unix seconds; 0 if not one."""
+    if not isinstance(ts, str):
+        return 0.0
+    whole, _, frac = ts.rstrip("Z").partition(".")
+    try:
+        moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
+        return moment.timestamp() + (float(f"0.{frac}") if frac.isdigit() else 0.0)
+    except ValueError:
+        return 0.0
+
+
+def _fields(stats: DashboardStats) -> dict[str, int]:
+    return {name: getattr(stats, name) for name in DashboardStats.__dataclass_fields__}
+
+
+async def run(settings: DashboardSettings, bus_settings: BusSettings) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
+    stop = asyncio.Event()
+    on_stop_signals(stop.set)
+    bus = await Bus.connect(bus_settings, source="dashboard")
+    try:
+        dashboard = await Dashboard.start(settings, bus)
+        try:
+            await stop.wait()
+        finally:
+            log.info("dashboard shutting down")
+            await dashboard.close()
+    finally:
+        await bus.close()

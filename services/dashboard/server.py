@@ -1,0 +1,288 @@
+"""The dashboard's HTTP surface (aiohttp): pages, their data, live pushes, probes and metrics.
+
+``GET`` only: the dashboard is read-only (aiohttp answers other methods with 405). Page paths
+serve the one HTML shell (or an HTML 404 for a node, card or pod the view does not hold);
+``/api/page`` answers a page's JSON; ``/api/stream`` pushes it again as server-sent events each
+time the view changes (changes coalesce to one push per ``push_interval_s``); ``?at=<time>``
+turns any page into the cluster as it was then. Errors become HTTP answers in :func:`_failure`
+and nowhere else. Knows nothing about NATS: views arrive through :class:`Source`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import html
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Protocol
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+from services.dashboard.errors import BadQuery, NotFound, ReplayUnavailable
+from services.dashboard.metrics import DashboardStats
+from services.dashboard.pages import PageOptions, known, page
+from services.dashboard.timeline import Timeline
+from services.dashboard.view import ClusterView
+
+log = logging.getLogger(__name__)
+
+PAGE_PATHS = ("/", "/nodes", "/nodes/{name}", "/cards/{uuid}", "/pods", "/pods/{namespace}/{name}", "/events")
+_CACHE_LIMIT = 256
+
+
+class Source(Protocol):
+    """Where views come from (the composition root's live timeline and replays)."""
+
+    timeline: Timeline
+
+    def ready(self) -> bool: ...
+    async def view_at(self, at: float) -> ClusterView: ...
+    async def bounds(self) -> tuple[float, float]: ...
+
+
+class Pulse:
+    """Wakes every waiter at each change (a broadcast; an asyncio.Event wakes them only once)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def waiter(self) -> asyncio.Event:
+        return self._event
+
+
+@dataclass(slots=True, kw_only=True)
+class Deps:
+    source: Source
+    stats: DashboardStats
+    registry: CollectorRegistry
+    pulse: Pulse
+    options: PageOptions
+    push_interval_s: float
+    max_streams: int
+    clock: Callable[[], float] = time.time
+    streams: int = 0
+    cache: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, bytes]] = field(default_factory=dict)
+
+
+def build_app(deps: Deps) -> web.Application:
+    app = web.Application(middlewares=[_html_404(deps)])
+    shell = _asset("index.html")
+    for path in PAGE_PATHS:
+        app.router.add_get(path, _shell_handler(deps, shell))
+    app.router.add_get("/api/page", _page_handler(deps))
+    app.router.add_get("/api/stream", _stream_handler(deps))
+    app.router.add_get("/api/timeline", _timeline_handler(deps))
+    app.router.add_static("/static/", str(resources.files("services.dashboard") / "static"))
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz_handler(deps))
+    app.router.add_get("/metrics", make_aiohttp_handler(deps.registry))
+    return app
+
+
+def _asset(name: str) -> bytes:
+    return (resources.files("services.dashboard") / "static" / name).read_bytes()
+
+
+def parse_at(raw: str | None) -> float | None:
+    """``at``: unix seconds or an ISO 8601 time (UTC unless it names a zone); None when absent."""
+    if raw is None or raw == "":
+        return None
+    try:
+        at = float(raw)
+    except ValueError:
+        try:
+            moment = datetime.datetime.fromisoformat(raw)
+        except ValueError:
+            raise BadQuery(f"at {raw[:40]!r}: expected unix seconds or an ISO 8601 time") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.UTC)
+        at = moment.timestamp()
+    if not math.isfinite(at) or at <= 0:
+        raise BadQuery(f"at {raw[:40]!r}: not a moment")
+    return at
+
+
+async def _view(deps: Deps, at: float | None) -> ClusterView:
+    if at is None:
+        return deps.source.timeline.view
+    deps.stats.replays += 1
+    try:
+        return await deps.source.view_at(at)
+    except ReplayUnavailable:
+        deps.stats.replay_failures += 1
+        raise
+
+
+def _query(request: web.Request) -> dict[str, str]:
+    return {k: v for k, v in request.query.items() if k not in ("path", "at")}
+
+
+def _build(deps: Deps, view: ClusterView, path: str, query: Mapping[str, str], *, now: float,
+           live: bool) -> bytes:
+    """The page's JSON, from the cache while the live view has not changed."""
+    key = (path, tuple(sorted(query.items())))
+    version = deps.source.timeline.version
+    if live:
+        hit = deps.cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+    feed = deps.source.timeline.feed if live else None
+    body = orjson.dumps({**page(view, feed, path, query, now=now, options=deps.options), "live": live})
+    deps.stats.pages += 1
+    if live:
+        if len(deps.cache) >= _CACHE_LIMIT:
+            deps.cache.clear()
+        deps.cache[key] = (version, body)
+    return body
+
+
+def _page_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            at = parse_at(request.query.get("at"))
+            view = await _view(deps, at)
+            path = request.query.get("path", "/")
+            now = at if at is not None else deps.clock()
+            body = _build(deps, view, path, _query(request), now=now, live=at is None)
+        except Exception as e:
+            return _failure(deps, e, as_json=True)
+        return web.Response(body=body, content_type="application/json")
+
+    return handle
+
+
+def _stream_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        path, query = request.query.get("path", "/"), _query(request)
+        if deps.streams >= deps.max_streams:
+            deps.stats.streams_refused += 1
+            return web.Response(status=503, text=f"more than {deps.max_streams} live pages open\n")
+        try:
+            _build(deps, deps.source.timeline.view, path, query, now=deps.clock(), live=True)
+        except Exception as e:
+            return _failure(deps, e, as_json=True)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        await response.prepare(request)
+        deps.streams += 1
+        try:
+            await _push_until_gone(deps, response, path, query)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            deps.streams -= 1
+        return response
+
+    return handle
+
+
+async def _push_until_gone(deps: Deps, response: web.StreamResponse, path: str,
+                           query: Mapping[str, str]) -> None:
+    sent = -1
+    await response.write(b"retry: 2000\n\n")
+    while True:
+        waiter = deps.pulse.waiter()
+        version = deps.source.timeline.version
+        if version == sent:
+            await waiter.wait()
+            continue
+        try:
+            body = _build(deps, deps.source.timeline.view, path, query, now=deps.clock(), live=True)
+        except NotFound as e:  # the pod went away while its page was open
+            await response.write(b"event: gone\ndata: " + orjson.dumps({"error": str(e)}) + b"\n\n")
+            return
+        await response.write(b"event: page\ndata: " + body + b"\n\n")
+        deps.stats.pushes += 1
+        sent = version
+        await asyncio.sleep(deps.push_interval_s)  # coalesce: at most one push per interval
+
+
+def _shell_handler(deps: Deps, shell: bytes) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            view = await _view(deps, parse_at(request.query.get("at")))
+            if not known(view, request.path):
+                raise NotFound(f"{request.path}: no such node, card, pod or page")
+        except Exception as e:
+            return _failure(deps, e, as_json=False)
+        return web.Response(body=shell, content_type="text/html", charset="utf-8")
+
+    return handle
+
+
+def _timeline_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            first, last = await deps.source.bounds()
+        except Exception as e:
+            return _failure(deps, e, as_json=True)
+        timeline = deps.source.timeline
+        return web.json_response({"first": first, "last": last, "now": deps.clock(), "at": timeline.view.at,
+                                  "checkpoints": timeline.checkpoint_times})
+
+    return handle
+
+
+_STATUS: dict[type[Exception], int] = {NotFound: 404, BadQuery: 400, ReplayUnavailable: 503}
+
+
+def _failure(deps: Deps, error: Exception, *, as_json: bool) -> web.Response:
+    """The one place errors become HTTP answers."""
+    status = next((code for kind, code in _STATUS.items() if isinstance(error, kind)), 500)
+    if status == 404:
+        deps.stats.not_found += 1
+    elif status == 400:
+        deps.stats.bad_queries += 1
+    elif status == 500:
+        log.exception("dashboard request failed", exc_info=error)
+    message = str(error) if status != 500 else f"internal error: {type(error).__name__}"
+    if as_json:
+        return web.json_response({"error": message, "status": status}, status=status)
+    return web.Response(status=status, text=_error_page(status, message), content_type="text/html",
+                        charset="utf-8")
+
+
+def _error_page(status: int, message: str) -> str:
+    title = {404: "Not found", 400: "Bad request", 503: "Try again"}.get(status, "Error")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{status} {title} - gpubus</title>"
+            f"<link rel='stylesheet' href='/static/app.css'></head><body><main class='error'>"
+            f"<h1>{status} {title}</h1><p>{html.escape(message)}</p>"
+            f"<p><a href='/'>Overview</a> &middot; <a href='/nodes'>Nodes</a> &middot; "
+            f"<a href='/pods'>Pods</a></p></main></body></html>")
+
+
+def _html_404(deps: Deps) -> Callable[..., Awaitable[web.StreamResponse]]:
+    Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:
+            return _failure(deps, NotFound(f"{request.path}: no such page"), as_json=False)
+
+    return middleware
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def _readyz_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def readyz(request: web.Request) -> web.Response:
+        ready = deps.source.ready()
+        return web.json_response({"ok": ready, "caught_up": ready}, status=200 if ready else 503)
+
+    return readyz

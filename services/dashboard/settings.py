@@ -1,0 +1,53 @@
+"""Settings of ``gpubus dashboard``: one frozen dataclass, CLI > env (``GPUBUS_DASHBOARD_*``) > YAML file.
+
+NATS is configured by :class:`shared.bus.BusSettings` (env ``GPUBUS_BUS_*``), like every other
+service; the dashboard only reads from it. Knows nothing about pages or the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.config import SettingsError
+
+ENV_PREFIX = "GPUBUS_DASHBOARD_"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DashboardSettings:
+    """Everything ``gpubus dashboard`` can be told."""
+
+    bind: str = "0.0.0.0"
+    """Address to listen on."""
+    port: int = 8080
+    """HTTP port of the pages, ``/api``, ``/healthz``, ``/readyz`` and ``/metrics``; 0 picks a free one."""
+    history_s: float = 900.0
+    """At start, events this far back are replayed into the live view and the event feed, seconds."""
+    feed_size: int = 5000
+    """Events the live feed keeps (newest first on the page)."""
+    push_interval_s: float = 0.25
+    """Least time between two pushes of a page to one browser, seconds (changes in between coalesce)."""
+    checkpoint_interval_s: float = 60.0
+    """A copy of the live view is kept this often (stream time); time travel starts from the one before."""
+    checkpoints: int = 240
+    """Copies kept (240 x 60 s = the last 4 hours); older moments are rebuilt from the stream's start."""
+    replay_timeout_s: float = 60.0
+    """A time-travel replay taking longer than this fails (HTTP 503), seconds."""
+    replay_cache: int = 8
+    """Rebuilt views kept for moments asked again (a slider moved back and forth)."""
+    pending_forget_s: float = 600.0
+    """A Pending pod with no event for this long is no longer shown (deleted before it was placed)."""
+    max_streams: int = 500
+    """Browsers that may follow live pages at once; more get HTTP 503."""
+    log_level: str = "info"
+    log_json: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("push_interval_s", "checkpoint_interval_s", "replay_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise SettingsError(f"{name} must be more than 0")
+        for name in ("feed_size", "checkpoints", "replay_cache", "max_streams"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} must be at least 1")
+        if self.history_s < 0 or self.pending_forget_s < 0:
+            raise SettingsError("history_s and pending_forget_s must not be negative")

@@ -1,0 +1,350 @@
+"""The cluster as the event stream tells it: a pure fold of events into a view (no I/O).
+
+:meth:`ClusterView.apply` folds one decoded event in; :meth:`ClusterView.seed` starts from the
+``inventory`` and ``allocations`` buckets. The same fold serves the live view and time travel
+(a checkpoint or an empty view, then the stream's events up to the chosen moment), so both show
+the same thing for the same events. Values inside the view are frozen and replaced, never
+changed in place, so :meth:`ClusterView.copy` (a checkpoint) is a handful of dict copies.
+Must not know NATS, HTTP or how the view is shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from shared.events import (
+    AllocationApplied,
+    AllocationDecided,
+    AllocationFailed,
+    AllocationReleased,
+    DeviceHealth,
+    Event,
+    Inventory,
+    PodAdmitted,
+    PodRejected,
+    PodUnschedulable,
+    Usage,
+    UsageOverLimit,
+)
+from shared.model import Allocation, AllocationState, ContainerRequest, DeviceInfo
+
+#: Events kept per card for its history page.
+CARD_HISTORY = 40
+#: Memory-used points kept per card (one per usage sample that names it).
+CARD_SERIES = 60
+
+PodKey = tuple[str, str]
+"""(namespace, name): pods are known by name before the scheduler gives them a UID in an event."""
+
+
+class Phase(StrEnum):
+    """A GPU pod's stage as the events tell it."""
+
+    PENDING = "Pending"
+    """Admitted, no placement yet (unschedulable reasons, if any, say why)."""
+    RESERVED = "Reserved"
+    """Slices held while the scheduler binds (a reservation in the ledger)."""
+    STARTING = "Starting"
+    """Bound to a node; the kubelet has not had every container allocated yet."""
+    RUNNING = "Running"
+    """Every GPU container got its devices (``allocation.applied`` complete)."""
+    FAILED = "Failed"
+    """The node refused its Allocate; the scheduler frees the slices."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeState:
+    name: str
+    devices: tuple[DeviceInfo, ...]
+    seen_at: float
+    """``ts`` of the newest inventory (heartbeats included)."""
+    heartbeat_s: float = 30.0
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodState:
+    namespace: str
+    name: str
+    uid: str = ""
+    phase: Phase = Phase.PENDING
+    allocation: Allocation | None = None
+    requests: tuple[ContainerRequest | None, ...] = ()
+    """Per container (init first) from ``pod.admitted``; None for a container without GPU."""
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    """node -> why it does not fit, from the latest ``pod.unschedulable``."""
+    reasons_at: float = 0.0
+    failure: str = ""
+    updated_at: float = 0.0
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardEvent:
+    """One line of a card's history."""
+
+    ts: float
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsedPoint:
+    ts: float
+    used_mib: int
+
+
+@dataclass(slots=True)
+class ClusterView:
+    """Nodes, pods, usage and per-card history, plus where in the stream the view stands."""
+
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    pods: dict[PodKey, PodState] = field(default_factory=dict)
+    by_uid: dict[str, PodKey] = field(default_factory=dict)
+    on_card: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Card UUID -> UIDs of the placed pods holding a slice of it."""
+    health: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    """Card UUID -> (healthy, reason) from ``device.health``, newer than the inventory's flag."""
+    usage: dict[str, Mapping[tuple[str, str], int]] = field(default_factory=dict)
+    """Pod UID -> {(container, card UUID): bytes used} from the newest ``usage.sample``."""
+    over_limit: dict[str, float] = field(default_factory=dict)
+    """Pod UID -> ``ts`` of its newest ``usage.over_limit``."""
+    history: dict[str, tuple[CardEvent, ...]] = field(default_factory=dict)
+    series: dict[str, tuple[UsedPoint, ...]] = field(default_factory=dict)
+    seq: int = 0
+    """Stream sequence of the newest event folded in (0: none)."""
+    at: float = 0.0
+    """Stream time of the newest event folded in (or of the seed)."""
+    applied: int = 0
+    undecodable: int = 0
+
+    def copy(self) -> ClusterView:
+        """A checkpoint: later folds into either leave the other as it was."""
+        return ClusterView(nodes=dict(self.nodes), pods=dict(self.pods), by_uid=dict(self.by_uid),
+                           on_card=dict(self.on_card),
+                           health=dict(self.health), usage=dict(self.usage), over_limit=dict(self.over_limit),
+                           history=dict(self.history), series=dict(self.series), seq=self.seq, at=self.at,
+                           applied=self.applied, undecodable=self.undecodable)
+
+    # -- seeding ------------------------------------------------------------------------------
+    def seed(self, inventories: Iterable[Inventory], allocations: Iterable[Allocation], at: float) -> None:
+        """Start from the buckets' current entries (the state at ``at``)."""
+        for inventory in inventories:
+            self._inventory(inventory)
+        for allocation in allocations:
+            phase = _SEED_PHASE.get(allocation.state, Phase.STARTING)
+            self._place(allocation, allocation.decided_at or at, phase)
+        self.at = max(self.at, at)
+
+    # -- the fold -----------------------------------------------------------------------------
+    def apply(self, event: Event, seq: int = 0, at: float | None = None) -> None:
+        """Fold one event in; ``seq``/``at`` are its stream sequence and time (default: its own ``ts``)."""
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+        self.applied += 1
+        self.seq = max(self.seq, seq)
+        self.at = max(self.at, event.ts if at is None else at)
+
+    def count_undecodable(self, seq: int = 0, at: float = 0.0) -> None:
+        """A message that is no event still moves the view's place in the stream."""
+        self.undecodable += 1
+        self.seq = max(self.seq, seq)
+        self.at = max(self.at, at)
+
+    def _inventory(self, e: Inventory) -> None:
+        old = self.nodes.get(e.node)
+        if old is not None and old.generation == e.generation and old.devices == e.devices:
+            self.nodes[e.node] = dataclasses.replace(old, seen_at=max(old.seen_at, e.ts))  # a heartbeat
+            return
+        self.nodes[e.node] = NodeState(name=e.node, devices=e.devices, seen_at=e.ts,
+                                       heartbeat_s=e.heartbeat_s, generation=e.generation)
+        for d in e.devices:  # a new inventory is the node's word on health until the next transition
+            self.health.pop(d.id, None)
+        if old is None or {d.id for d in old.devices} != {d.id for d in e.devices}:
+            text = f"{len(e.devices)} cards, generation {e.generation}"
+            self._note_node(e.node, e.ts, e.KIND, text)
+
+    def _health(self, e: DeviceHealth) -> None:
+        self.health[e.uuid] = (e.healthy, e.reason)
+        text = ("healthy" if e.healthy else "UNHEALTHY") + (f": {e.reason}" if e.reason else "")
+        self._note(e.uuid, e.ts, e.KIND, text)
+
+    def _admitted(self, e: PodAdmitted) -> None:
+        old = self.pods.get((e.namespace, e.name))
+        if old is not None and old.allocation is not None and (not e.uid or old.uid == e.uid):
+            return  # an admission replayed after the placement it led to
+        self._forget_key((e.namespace, e.name))
+        self.pods[(e.namespace, e.name)] = PodState(namespace=e.namespace, name=e.name, uid=e.uid,
+                                                    requests=e.requests, updated_at=e.ts)
+        if e.uid:
+            self.by_uid[e.uid] = (e.namespace, e.name)
+
+    def _rejected(self, e: PodRejected) -> None:
+        old = self.pods.get((e.namespace, e.name))
+        if old is not None and old.allocation is None:
+            self._forget_key(old.key)
+
+    def _unschedulable(self, e: PodUnschedulable) -> None:
+        key = (e.namespace, e.name)
+        old = self.pods.get(key) or PodState(namespace=e.namespace, name=e.name)
+        if old.allocation is not None and old.uid == e.uid:
+            return  # an older verdict than the placement already folded in
+        self.pods[key] = dataclasses.replace(old, uid=e.uid or old.uid, phase=Phase.PENDING, allocation=None,
+                                             reasons=dict(e.reasons), reasons_at=e.ts, updated_at=e.ts)
+        if e.uid:
+            self.by_uid[e.uid] = key
+
+    def _decided(self, e: AllocationDecided) -> None:
+        a = e.allocation
+        self._place(a, e.ts, Phase.RUNNING if a.state == AllocationState.APPLIED else Phase.STARTING)
+        for uuid, mem, cores in _cards_of(a):
+            self._note(uuid, e.ts, e.KIND, f"{a.namespace}/{a.name} {mem} MiB {cores}% on {a.node}")
+
+    def _place(self, a: Allocation, ts: float, phase: Phase) -> None:
+        key = (a.namespace, a.name)
+        old = self.pods.get(key)
+        if old is not None and old.uid and old.uid != a.pod_uid:
+            self._forget_key(key)  # a new pod of the same name
+            old = None
+        base = old or PodState(namespace=a.namespace, name=a.name)
+        if base.allocation is not None:
+            self._unindex(base.uid, base.allocation)
+        self.pods[key] = dataclasses.replace(base, uid=a.pod_uid, phase=phase, allocation=a, reasons={},
+                                             failure="", updated_at=ts)
+        self.by_uid[a.pod_uid] = key
+        for uuid in {u for u, _, _ in _cards_of(a)}:
+            self.on_card[uuid] = self.on_card.get(uuid, frozenset()) | {a.pod_uid}
+
+    def _applied(self, e: AllocationApplied) -> None:
+        pod = self._pod(e.pod_uid, e.namespace, e.name)
+        if pod is not None and pod.allocation is not None and e.complete:
+            self.pods[pod.key] = dataclasses.replace(pod, phase=Phase.RUNNING, updated_at=e.ts)
+
+    def _failed(self, e: AllocationFailed) -> None:
+        pod = self._pod(e.pod_uid, e.namespace, e.name)
+        if pod is not None:
+            failed = dataclasses.replace(pod, phase=Phase.FAILED, failure=e.reason, updated_at=e.ts)
+            self.pods[pod.key] = failed
+
+    def _released(self, e: AllocationReleased) -> None:
+        pod = self._pod(e.pod_uid, e.namespace, e.name)
+        if pod is None or (pod.uid and pod.uid != e.pod_uid):
+            return
+        if pod.allocation is not None:
+            for uuid, mem, cores in _cards_of(pod.allocation):
+                text = f"{pod.namespace}/{pod.name} {mem} MiB {cores}% freed ({e.why})"
+                self._note(uuid, e.ts, e.KIND, text)
+        self._forget_key(pod.key)
+
+    def _usage(self, e: Usage) -> None:
+        per_pod: dict[str, dict[tuple[str, str], int]] = {}
+        for c in e.containers:
+            slot = per_pod.setdefault(c.pod_uid, {})
+            for d in c.devices:
+                slot[(c.container, d.uuid)] = d.used_bytes
+        for uid, used in per_pod.items():
+            if uid in self.by_uid:  # usage of a pod already released is history, not a slice
+                self.usage[uid] = used
+        node = self.nodes.get(e.node)
+        if node is not None:
+            for card in node.devices:
+                self._point(card.id, e.ts)
+
+    def _over_limit(self, e: UsageOverLimit) -> None:
+        if e.pod_uid in self.by_uid:
+            self.over_limit[e.pod_uid] = e.ts
+        self._note(e.uuid, e.ts, e.KIND, f"{e.namespace}/{e.pod} {e.container} uses {e.used_bytes >> 20} MiB "
+                                         f"of {e.limit_bytes >> 20} MiB")
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _pod(self, uid: str, namespace: str, name: str) -> PodState | None:
+        key = self.by_uid.get(uid) if uid else None
+        return self.pods.get(key or (namespace, name))
+
+    def _forget_key(self, key: PodKey) -> None:
+        pod = self.pods.pop(key, None)
+        if pod is not None and pod.allocation is not None:
+            self._unindex(pod.uid, pod.allocation)
+        if pod is not None and pod.uid:
+            self.by_uid.pop(pod.uid, None)
+            self.usage.pop(pod.uid, None)
+            self.over_limit.pop(pod.uid, None)
+
+    def _unindex(self, uid: str, a: Allocation) -> None:
+        for uuid in {u for u, _, _ in _cards_of(a)}:
+            left = self.on_card.get(uuid, frozenset()) - {uid}
+            if left:
+                self.on_card[uuid] = left
+            else:
+                self.on_card.pop(uuid, None)
+
+    def _note(self, uuid: str, ts: float, kind: str, text: str) -> None:
+        self.history[uuid] = (*self.history.get(uuid, ())[-(CARD_HISTORY - 1):], CardEvent(ts=ts, kind=kind,
+                                                                                           text=text))
+
+    def _note_node(self, node: str, ts: float, kind: str, text: str) -> None:
+        for d in self.nodes[node].devices:
+            self._note(d.id, ts, kind, text)
+
+    def _point(self, uuid: str, ts: float) -> None:
+        used = used_bytes_on(self, uuid) >> 20
+        self.series[uuid] = (*self.series.get(uuid, ())[-(CARD_SERIES - 1):], UsedPoint(ts=ts, used_mib=used))
+
+
+def used_bytes_on(view: ClusterView, uuid: str) -> int:
+    """Bytes the pods placed on card ``uuid`` use on it, by their newest usage samples."""
+    total = 0
+    for uid in view.on_card.get(uuid, ()):
+        for (_, card), used in view.usage.get(uid, {}).items():
+            if card == uuid:
+                total += used
+    return total
+
+
+def pods_on(view: ClusterView, uuid: str) -> list[PodState]:
+    """Pods holding a slice of card ``uuid``, by name."""
+    pods = (view.pods.get(view.by_uid.get(uid, ("", ""))) for uid in view.on_card.get(uuid, ()))
+    return sorted((p for p in pods if p is not None), key=lambda p: p.key)
+
+
+def _cards_of(a: Allocation) -> list[tuple[str, int, int]]:
+    """(card UUID, MiB, cores) per container slice of an allocation."""
+    return [(d.uuid, d.usedmem, d.usedcores) for slot in a.devices for d in slot]
+
+
+def fold(events: Iterable[tuple[int, float, Event | None]], view: ClusterView | None = None) -> ClusterView:
+    """Fold (stream sequence, stream time, event or None for an undecodable message) into a view."""
+    view = view if view is not None else ClusterView()
+    for seq, at, event in events:
+        if event is None:
+            view.count_undecodable(seq, at)
+        else:
+            view.apply(event, seq, at)
+    return view
+
+
+_SEED_PHASE = {AllocationState.RESERVED: Phase.RESERVED, AllocationState.DECIDED: Phase.STARTING,
+               AllocationState.APPLIED: Phase.RUNNING, AllocationState.FAILED: Phase.FAILED}
+
+_HANDLERS: dict[type[Event], Callable[[ClusterView, Any], None]] = {
+
+    Inventory: ClusterView._inventory,
+    DeviceHealth: ClusterView._health,
+    PodAdmitted: ClusterView._admitted,
+    PodRejected: ClusterView._rejected,
+    PodUnschedulable: ClusterView._unschedulable,
+    AllocationDecided: ClusterView._decided,
+    AllocationApplied: ClusterView._applied,
+    AllocationFailed: ClusterView._failed,
+    AllocationReleased: ClusterView._released,
+    Usage: ClusterView._usage,
+    UsageOverLimit: ClusterView._over_limit,
+}

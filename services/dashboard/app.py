@@ -17,7 +17,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-import msgpack
 import orjson
 from aiohttp import web
 
@@ -32,9 +31,9 @@ from services.dashboard.view import ClusterView
 from shared.bus import ALLOCATIONS, INVENTORY, STREAM, Bus, BusSettings
 from shared.bus.errors import translated
 from shared.bus.metrics import BusStatsCollector
-from shared.codec import from_wire
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import Inventory
+from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import decode_entry
 from shared.model import Allocation
 from shared.service import bound_port, on_stop_signals
@@ -102,12 +101,11 @@ class Dashboard:
 
     def _inventory(self, key: str, value: bytes) -> Inventory | None:
         try:
-            inventory = from_wire(Inventory, msgpack.unpackb(value, raw=False))
-        except (EventDecodeError, ValueError) as e:
+            return decode_inventory_entry(key, value)
+        except EventDecodeError as e:
             self.stats.undecodable += 1
             log.warning("skipping undecodable inventory entry %s: %s", key, e)
             return None
-        return inventory
 
     def _allocation(self, key: str, value: bytes) -> Allocation | None:
         try:

@@ -25,9 +25,10 @@ from dashboard_builders import card_id, decided, inventory, released
 
 from services.dashboard.app import Dashboard
 from services.dashboard.settings import DashboardSettings
-from shared.bus import Bus
+from shared.bus import INVENTORY, Bus
 from shared.codec import encode
 from shared.events import Event, subject_for
+from shared.inventory_entries import encode_inventory
 
 
 def settings(**kw: Any) -> DashboardSettings:
@@ -60,7 +61,7 @@ async def started(reader: Bus, **kw: Any) -> Dashboard:
 
 async def test_pages_pushes_404s_and_metrics(bus: Bus, reader: Bus) -> None:
     now = time.time()
-    await (await bus.kv("inventory")).put("n1", encode(inventory("n1", ts=now)))
+    await (await bus.kv(INVENTORY)).put("n1", encode_inventory(inventory("n1", ts=now)))
     await publish(bus, decided("a", "n1", ts=now))
     dashboard = await started(reader)
     base = f"http://127.0.0.1:{dashboard.port}"

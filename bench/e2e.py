@@ -4,8 +4,10 @@ Starts the ``gpubus up`` stack (100 simulated nodes x 8 A100-80GB by default), t
 short pods with open-loop arrivals at ``--rate`` pods/s (each create is sent at its scheduled
 time whether or not earlier ones finished). A pod watch timestamps each pod's Running (or an
 already-Succeeded) phase. Reports: achieved throughput, p50/p99 submit->Running, how many pods
-did not start, the CPU the simulator (API server + kube-scheduler stand-in + nodes process) and
-the services used, and whether any device was ever over-committed (replay of every event).
+did not start, the CPU the simulator (API server + kube-scheduler stand-in + the kubelets' process)
+and the services used per started pod, gpubus's own (webhook + scheduler + node-agents, which run in
+a process of their own here) on one line, and whether any device was ever over-committed (replay of
+every event).
 
 Pod mix (reference/performance.md §5): 60 % 1 x (8 GiB, 20 %), 30 % 2 x (16 GiB, 30 %),
 10 % 4 x whole GPU; ``--mix small`` uses only the first kind.
@@ -157,11 +159,12 @@ async def main(args: argparse.Namespace) -> None:
                                          "kube-scheduler": events}
     if args.profile:
         extra = {"nodes": (*extra["nodes"], "--profile", str(data / "nodes.prof")),
+                 "agents": ("--profile", str(data / "agents.prof")),
                  "control": ("--profile", str(data / "control.prof")),
                  "kube-scheduler": (*extra["kube-scheduler"], "--profile", str(data / "kube-scheduler.prof"))}
     spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,
                      pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra,
-                     single_node_filter=args.single_node_filter)
+                     single_node_filter=args.single_node_filter, agents_apart=True)
     stack = Stack(spec)
     t = time.monotonic()
     await stack.start()
@@ -247,12 +250,19 @@ def report(args: argparse.Namespace, submitted: dict[str, float], observer: Obse
         print(f"submit->Running: p50 {p50:.0f} ms  p99 {p99:.0f} ms  max {max(lat) * 1000:.0f} ms")
     sim = cpu.get("control", 0) + cpu.get("kube-scheduler", 0) + cpu.get("nodes", 0)
     print(f"CPU seconds over {wall:.1f}s: simulator {sim:.1f} (API server {cpu.get('control', 0):.1f}, "
-          f"kube-scheduler {cpu.get('kube-scheduler', 0):.1f}, nodes {cpu.get('nodes', 0):.1f}) "
+          f"kube-scheduler {cpu.get('kube-scheduler', 0):.1f}, kubelets+monitor {cpu.get('nodes', 0):.1f}) "
           f"= {sim / wall * 100:.0f}% of a core; "
-          f"scheduler {cpu.get('scheduler', 0):.1f}, webhook {cpu.get('webhook', 0):.1f}, "
-          f"nats-server {cpu.get('nats', 0):.1f}, this client {cpu.get('bench', 0):.1f}")
-    print("CPU ms per started pod: " + ", ".join(f"{n} {v / max(started, 1) * 1000:.1f}"
-                                                 for n, v in sorted(cpu.items())))
+          f"scheduler {cpu.get('scheduler', 0):.1f}, node-agents {cpu.get('agents', 0):.1f}, "
+          f"webhook {cpu.get('webhook', 0):.1f}, nats-server {cpu.get('nats', 0):.1f}, "
+          f"this client {cpu.get('bench', 0):.1f}")
+
+    def per_pod(seconds: float) -> float:
+        return seconds / max(started, 1) * 1000
+
+    print("CPU ms per started pod: " + ", ".join(f"{n} {per_pod(v):.2f}" for n, v in sorted(cpu.items())))
+    own = {n: per_pod(cpu.get(n, 0)) for n in ("webhook", "scheduler", "agents")}
+    print(f"gpubus-owned CPU ms per started pod: {sum(own.values()):.2f} = webhook {own['webhook']:.2f} "
+          f"+ scheduler {own['scheduler']:.2f} + node-agents {own['agents']:.2f}")
     for reason in sorted(set(observer.failed.values()))[:3]:
         print(f"  failed: {reason}")
     for error in errors[:3]:

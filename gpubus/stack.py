@@ -35,7 +35,7 @@ from gpubus.natsserver import (
     port_is_free,
 )
 from gpubus.stack_datadir import SUBDIRS, DataDirLock, make_dirs
-from gpubus.stack_scratch import pod_log_dir
+from gpubus.stack_scratch import hosts_dir, pod_log_dir
 from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,13 @@ class StackSpec:
     """Forget the event history and KV state of an earlier run (the embedded NATS store)."""
     single_node_filter: bool = False
     """HAMi mode: the extender's filter answers only the best node, so kube-scheduler skips /prioritize."""
+    agents_apart: bool = False
+    """Run the node-agents in a process of their own (``agents``) beside the kubelets' (``nodes``),
+    so their CPU is measured apart (``bench/e2e.py``); the nodes then answer no control requests."""
     python: str = sys.executable
     extra_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra command-line flags per child (``control``, ``kube-scheduler``, ``webhook``, ``scheduler``,
-    ``nodes``)."""
+    ``nodes``, ``agents``)."""
 
 
 NODES_ENV: Mapping[str, str] = {"GRPC_EXPERIMENTS": "-event_engine_client,-event_engine_listener"}
@@ -289,6 +292,8 @@ class Stack:
             self.admissions_log.unlink(missing_ok=True)
             # sim-control (started first, ready before the nodes) empties the pod logs of an earlier run
             self._pod_logs_made = True
+            if self.spec.agents_apart:  # what a killed stack on this data dir left
+                shutil.rmtree(hosts_dir(self.data_dir), ignore_errors=True)
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:
                 self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port)
@@ -323,6 +328,8 @@ class Stack:
             await asyncio.to_thread(self.nats.stop)
         if self._pod_logs_made:
             shutil.rmtree(self.pod_logs, ignore_errors=True)
+            if self.spec.agents_apart:
+                shutil.rmtree(hosts_dir(self.data_dir), ignore_errors=True)
             self._pod_logs_made = False
         self.lock.release()
 
@@ -396,12 +403,21 @@ class Stack:
             "--nats", nats, "--scheduler-name", SCHEDULER_NAME, "--log-level", s.log_level,
             *(("--single-node-filter",) if s.single_node_filter else ()), *extra.get("scheduler", ())),
             logs / "scheduler.log", _http_probe(f"http://127.0.0.1:{p.scheduler}/readyz"))
+        nodes_args = ["sim-nodes", "--nodes", str(s.nodes), "--devices", s.devices, "--prefix", s.node_prefix,
+                      "--split-count", str(s.split_count), "--kubeconfig", str(self.kubeconfig),
+                      "--nats", nats, "--log-level", s.log_level]
+        apart: list[Child] = []
+        if s.agents_apart:
+            hosts = str(hosts_dir(self.data_dir))
+            nodes_args += ["--hosts-dir", hosts]
+            apart.append(Child("agents", self._gpubus(
+                *nodes_args, "--part", "agents", "--ready-file", str(run / "agents.ready"),
+                *extra.get("agents", ())),
+                logs / "agents.log", _file_probe(run / "agents.ready"), run / "agents.ready", env=NODES_ENV))
         nodes = Child("nodes", self._gpubus(
-            "sim-nodes", "--nodes", str(s.nodes), "--devices", s.devices, "--prefix", s.node_prefix,
-            "--split-count", str(s.split_count), "--pod-duration", s.pod_duration,
-            "--kubeconfig", str(self.kubeconfig), "--nats", nats, "--metrics-port", str(p.monitor),
+            *nodes_args, *(("--part", "hosts") if s.agents_apart else ()),
+            "--pod-duration", s.pod_duration, "--metrics-port", str(p.monitor),
             "--admissions-log", str(self.admissions_log), "--pod-log-dir", str(self.pod_logs),
-            "--ready-file", str(run / "nodes.ready"),
-            "--log-level", s.log_level, *extra.get("nodes", ())),
+            "--ready-file", str(run / "nodes.ready"), *extra.get("nodes", ())),
             logs / "nodes.log", _file_probe(run / "nodes.ready"), run / "nodes.ready", env=NODES_ENV)
-        return {c.name: c for c in (control, kube_scheduler, webhook, scheduler, nodes)}
+        return {c.name: c for c in (control, kube_scheduler, webhook, scheduler, nodes, *apart)}

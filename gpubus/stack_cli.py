@@ -297,16 +297,23 @@ def sim_nodes(  # noqa: PLR0917
     ready_file: Annotated[Path | None, Opt()] = None,
     log_level: Annotated[str, Opt()] = "info",
     profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
+    part: Annotated[str, Opt(help="all | hosts (kubelets, monitor) | agents (node-agents).")] = "all",
+    hosts_dir: Annotated[Path | None, Opt(help="The hosts' sockets and files, shared by a split's two "
+                                                "processes (default: a temporary directory).")] = None,
 ) -> None:
     """N simulated nodes in one process: node-agents, kubelet stand-ins, monitor (started by `gpubus up`)."""
-    from gpubus.stack_nodes import NodesSpec, run_nodes
+    from gpubus.stack_nodes import PARTS, NodesSpec, run_nodes
+
+    chosen = next((p for p in PARTS if p == part), None)
+    if chosen is None:
+        raise typer.BadParameter(f"one of {', '.join(PARTS)}", param_hint="--part")
 
     setup_logging(log_level)
     spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
                      split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
                      heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
                      monitor_interval_s=monitor_interval, normal_events=normal_events,
-                     pod_log_dir=pod_log_dir)
+                     pod_log_dir=pod_log_dir, part=chosen, hosts_dir=hosts_dir)
     _run_uvloop(run_nodes(spec), profile)
 
 

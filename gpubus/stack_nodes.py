@@ -7,6 +7,11 @@ also counts the kubelets' events. For tests it answers ``gpubus.query.sim.<node>
 (``{"action": "restart-agent" | "stop-agent" | "start-agent" | "restart-kubelet"}``) and writes
 what each kubelet received from Allocate to a JSON-lines file.
 
+``part`` splits it in two processes over one hosts directory (``bench/e2e.py`` measures the
+node-agents' CPU apart from the stand-ins that way): ``hosts`` runs the kubelets and the monitor,
+``agents`` the node-agents, which find the kubelets' sockets there as on a real node. A split
+process answers no control requests (they act on both halves).
+
 Composition only: the parts live in ``services/node_agent``, ``services/sim`` and ``services/monitor``.
 """
 
@@ -20,7 +25,7 @@ import tempfile
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from gpubus.stack_control import stop_on_signals, write_ready
 from gpubus.stack_scratch import host_scratch_root
@@ -57,6 +62,15 @@ class NodesSpec:
     """The kubelets record Started events (Warnings always)."""
     pod_log_dir: Path | None = None
     """Where the kubelets keep container logs (shared with the API server, which serves them)."""
+    part: Part = "all"
+    """What this process runs: everything, the kubelets and monitor (``hosts``) or the node-agents."""
+    hosts_dir: Path | None = None
+    """The hosts' sockets and files (a split's two processes share it); None: a temporary directory."""
+
+
+#: ``all``: node-agents, kubelets and monitor; ``hosts``: kubelets and monitor; ``agents``: node-agents.
+Part = Literal["all", "hosts", "agents"]
+PARTS: tuple[Part, ...] = ("all", "hosts", "agents")
 
 
 def _has_devices(sim: SimNode) -> Callable[[], bool]:
@@ -84,7 +98,10 @@ class SimCluster:
 
     def __init__(self, spec: NodesSpec, bus: Bus, kube: KubeClient) -> None:
         self.spec, self.bus, self.kube = spec, bus, kube
-        self.sockets = Path(tempfile.mkdtemp(prefix="gpubus-", dir=host_scratch_root()))
+        self._own_sockets = spec.hosts_dir is None
+        self.sockets = (Path(tempfile.mkdtemp(prefix="gpubus-", dir=host_scratch_root()))
+                        if spec.hosts_dir is None else spec.hosts_dir)
+        self.sockets.mkdir(parents=True, exist_ok=True)
         log.info("simulated hosts' files in %s", self.sockets)
         self.names = [f"{spec.prefix}-{i}" for i in range(1, spec.nodes + 1)]
         self.sims: dict[str, SimNode] = {}
@@ -121,29 +138,39 @@ class SimCluster:
         self._log.write(json.dumps(record) + "\n")
 
     async def start(self) -> None:
-        duration = parse_duration(self.spec.pod_duration, 60.0)
+        part = self.spec.part
         for i, node in enumerate(self.names):
-            d = self.sockets / node
             source = SimulatedSource(node, self.spec.devices)
-            # the same made-up GPUs the agent reports; their names only matter to the pod logs
-            gpu_names = ({str(gpu.uuid): gpu.name for gpu in source.devices()}
-                         if self.spec.pod_log_dir is not None else {})
-            settings = SimNodeSettings(node=node, plugin_dir=d / "dp", pod_resources_socket=d / "pr.sock",
-                                       default_duration_s=duration, host_ip=f"10.0.{i // 250}.{i % 250 + 1}",
-                                       events=RecorderSettings(normal=self.spec.normal_events),
-                                       log_dir=self.spec.pod_log_dir, gpu_names=gpu_names)
-            sim = SimNode(settings, self.kube, on_admitted=self._record, on_fatal=self._on_fatal)
-            await sim.start()
-            self.sims[node] = sim
-            self.agents[node] = self._new_agent(node, source)
-            await self.agents[node].start()
-            await self.bus.serve(control_subject(node), self._control_handler(node))
+            if part != "agents":
+                await self._start_host(i, node, source)
+            if part != "hosts":
+                self.agents[node] = self._new_agent(node, source)
+                await self.agents[node].start()
+            if part == "all":
+                await self.bus.serve(control_subject(node), self._control_handler(node))
+        if part == "agents":
+            return  # the hosts' process waits for the registrations
         for node, sim in self.sims.items():
             await sim.kubelet.wait_for(_has_devices(sim), timeout=60.0)
             await asyncio.wait_for(sim.synced.wait(), 60.0)
             log.debug("node %s registered", node)
         self.monitor = build_monitor(self.spec, self.names, self.bus, self.sims)
         await self.monitor.start()
+
+    async def _start_host(self, i: int, node: str, source: SimulatedSource) -> None:
+        """The node's kubelet stand-in and pod lifecycle."""
+        d = self.sockets / node
+        duration = parse_duration(self.spec.pod_duration, 60.0)
+        # the same made-up GPUs the agent reports; their names only matter to the pod logs
+        gpu_names = ({str(gpu.uuid): gpu.name for gpu in source.devices()}
+                     if self.spec.pod_log_dir is not None else {})
+        settings = SimNodeSettings(node=node, plugin_dir=d / "dp", pod_resources_socket=d / "pr.sock",
+                                   default_duration_s=duration, host_ip=f"10.0.{i // 250}.{i % 250 + 1}",
+                                   events=RecorderSettings(normal=self.spec.normal_events),
+                                   log_dir=self.spec.pod_log_dir, gpu_names=gpu_names)
+        sim = SimNode(settings, self.kube, on_admitted=self._record, on_fatal=self._on_fatal)
+        await sim.start()
+        self.sims[node] = sim
 
     async def _stop_agent(self, node: str) -> None:
         agent = self.agents.pop(node, None)
@@ -192,7 +219,8 @@ class SimCluster:
             await sim.stop()
         if self._log is not None:
             self._log.close()
-        shutil.rmtree(self.sockets, ignore_errors=True)
+        if self._own_sockets:
+            shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 async def run_nodes(spec: NodesSpec) -> None:
@@ -200,8 +228,9 @@ async def run_nodes(spec: NodesSpec) -> None:
     (the parent kills a child that ignores SIGTERM, and a killed one leaves its scratch dir behind)."""
     stop = asyncio.Event()
     stop_on_signals(stop)
-    bus = await Bus.connect(BusSettings(url=spec.nats_url, name="gpubus-sim-nodes", reconnect_wait_s=0.25),
-                            source="sim-nodes")
+    name = "sim-nodes" if spec.part == "all" else f"sim-{spec.part}"
+    bus = await Bus.connect(BusSettings(url=spec.nats_url, name=f"gpubus-{name}", reconnect_wait_s=0.25),
+                            source=name)
     kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
     cluster = SimCluster(spec, bus, kube)
     try:
@@ -211,7 +240,7 @@ async def run_nodes(spec: NodesSpec) -> None:
             return
         write_ready(spec.ready_file, nodes=cluster.names,
                     metrics_port=cluster.monitor.metrics_port if cluster.monitor else 0)
-        log.info("%d simulated nodes up (%s each)", len(cluster.names), spec.devices)
+        log.info("%d simulated nodes up (%s each; %s)", len(cluster.names), spec.devices, spec.part)
         stopping = asyncio.create_task(stop.wait(), name="nodes-stop")
         dying = asyncio.create_task(cluster.fatal.wait(), name="nodes-fatal")
         await asyncio.wait([stopping, dying], return_when=asyncio.FIRST_COMPLETED)

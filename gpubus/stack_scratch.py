@@ -26,6 +26,18 @@ def host_scratch_root(candidates: tuple[str, ...] = ("/dev/shm", "/tmp")) -> str
     return tempfile.gettempdir()
 
 
+def _scratch_for(data_dir: Path, what: str) -> Path:
+    """``<scratch root>/gpubus-<what>-<digest of the data dir>``: the next stack there finds it again."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
+    return Path(host_scratch_root()) / f"gpubus-{what}-{digest}"
+
+
+def hosts_dir(data_dir: Path) -> Path:
+    """The simulated hosts' sockets and files when the node-agents run in a process of their own
+    (both processes need the same path; the stack removes it at stop)."""
+    return _scratch_for(data_dir, "hosts")
+
+
 def pod_log_dir(data_dir: Path) -> Path:
     """The kubelets' container logs (a node's ``/var/log/pods``) of the stack on ``data_dir``.
 
@@ -34,5 +46,4 @@ def pod_log_dir(data_dir: Path) -> Path:
     nodes process, 4.2 ms per pod without logs, took 4.5-4.6 on disk). They live as long as the pods,
     which the API server stand-in keeps in memory. Named after the data dir, so that the next stack
     there clears what a killed one left."""
-    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
-    return Path(host_scratch_root()) / f"gpubus-pod-logs-{digest}"
+    return _scratch_for(data_dir, "pod-logs")

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpubus.stack import NODES_ENV
 from gpubus.stack_scratch import host_scratch_root
+from gpubus.stack_scratch import hosts_dir as hosts_dir_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -140,6 +141,26 @@ async def test_hami_single_node_mode_runs_the_pipeline_without_prioritize(tmp_pa
         await hami.wait_phase(names, {"Succeeded"})
         await hami.check_invariants()
         assert await _prioritize_calls(hami) == 0
+
+
+async def test_node_agents_in_a_process_of_their_own_serve_the_kubelets_of_the_other(tmp_path: Path) -> None:
+    """``agents_apart`` (bench/e2e.py measures the node-agents' CPU so): the agents' process serves
+    the device plugin sockets, the hosts' process the kubelets', and pods run as before."""
+    apart = functools.partial(dataclasses.replace, agents_apart=True)
+    async with running_stack(tmp_path / "apart", nodes=2, configure=apart) as split:
+        names = [f"apart-{i}" for i in range(6)]
+        await split.create(*(gpu_pod(n, mem=3000, cores=15, duration="1s") for n in names))
+        await split.wait_phase(names, {"Succeeded"})
+        await split.check_invariants()
+        agents, hosts = (split.stack.children[n].pid or 0 for n in ("agents", "nodes"))
+        hosts_dir = hosts_dir_of(tmp_path / "apart")
+        plugin = {p for p in _unix_socket_paths(agents) if p.startswith(str(hosts_dir))}
+        kubelet = {p for p in _unix_socket_paths(hosts) if p.startswith(str(hosts_dir))}
+        assert {Path(p).name for p in plugin} == {"nvidia-gpu.sock"}, plugin
+        assert "kubelet.sock" in {Path(p).name for p in kubelet}, kubelet
+        assert _environ(agents)["GRPC_EXPERIMENTS"] == os.environ.get("GRPC_EXPERIMENTS",
+                                                                      NODES_ENV["GRPC_EXPERIMENTS"])
+    assert not hosts_dir.exists()
 
 
 def _environ(pid: int) -> dict[str, str]:

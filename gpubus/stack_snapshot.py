@@ -10,19 +10,20 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from shared.annotations import collapse_usage
+from shared.annotations import collapse_usage, mig_profile_wire
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings
 from shared.codec import to_wire
 from shared.errors import EventDecodeError
 from shared.events import Inventory
 from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import decode_entry
-from shared.model import Allocation, AllocationState, DeviceUsage
+from shared.model import Allocation, AllocationState, DeviceUsage, MigPlacement
 
 
 def cluster_json(inventories: list[Inventory], allocations: list[Allocation]) -> dict[str, Any]:
     """Pure: inventories + ledger -> ``{"nodes": [{"name", "devices": [... used, usedmem, usedcores]}]}``."""
     used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    held: dict[str, list[MigPlacement]] = defaultdict(list)
     for a in allocations:
         if a.state is AllocationState.FAILED:
             continue
@@ -31,13 +32,20 @@ def cluster_json(inventories: list[Inventory], allocations: list[Allocation]) ->
             acc[0] += u.used
             acc[1] += u.usedmem
             acc[2] += u.usedcores
+            held[uuid].extend(u.mig)
     nodes = []
     for inv in sorted(inventories, key=lambda i: i.node):
         devices = []
         for d in inv.devices:
             n, mem, cores = used.get(d.id, [0, 0, 0])
-            u = DeviceUsage(used=n, usedmem=mem, usedcores=cores)
-            devices.append({**to_wire(d), **to_wire(u)})
+            u = DeviceUsage(used=n, usedmem=mem, usedcores=cores, mig=tuple(held.get(d.id, ())))
+            wire = {**to_wire(d), **to_wire(u)}
+            del wire["mig_profiles"]  # explain reads them in the register annotation's form
+            if d.mig_profiles:
+                wire["migProfiles"] = [mig_profile_wire(p) for p in d.mig_profiles]
+            if not u.mig:
+                del wire["mig"]
+            devices.append(wire)
         nodes.append({"name": inv.node, "annotations": {}, "devices": devices})
     return {"nodes": nodes}
 

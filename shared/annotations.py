@@ -23,7 +23,17 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 from shared.errors import AnnotationError
-from shared.model import ContainerDevice, DeviceInfo, DeviceMode, DeviceUsage, DeviceUUID, PodDevices
+from shared.model import (
+    ContainerDevice,
+    DeviceInfo,
+    DeviceMode,
+    DeviceUsage,
+    DeviceUUID,
+    MigPlacement,
+    MigProfile,
+    MigSlice,
+    PodDevices,
+)
 
 # Pod annotations written by the scheduler (and the label of the same key as ASSIGNED_NODE).
 ASSIGNED_NODE = "hami.io/vgpu-node"
@@ -138,6 +148,17 @@ def _go_json(value: object) -> str:
     return text
 
 
+def mig_profile_wire(p: MigProfile) -> dict[str, object]:
+    # HAMi pkg/device/devices.go MigProfile: no omitempty; InstanceCount is not on the wire.
+    return {
+        "name": p.name,
+        "memoryMB": p.memory_mb,
+        "core": p.core,
+        "sliceCount": p.slice_count,
+        "placements": [{"start": x.start, "size": x.size} for x in p.placements],
+    }
+
+
 def _device_wire(d: DeviceInfo) -> dict[str, object]:
     # Go struct order; every field omitempty (zero values are left out).
     pairs: list[tuple[str, object]] = [
@@ -149,6 +170,7 @@ def _device_wire(d: DeviceInfo) -> dict[str, object]:
         ("type", d.type),
         ("numa", d.numa),
         ("mode", d.mode),
+        ("migProfiles", [mig_profile_wire(p) for p in d.mig_profiles]),
         ("health", d.health),
     ]
     return {k: v for k, v in pairs if v}
@@ -171,6 +193,48 @@ def _jstr(item: Mapping[str, object], key: str, i: int) -> str:
     if not isinstance(value, str):
         raise AnnotationError(f"node register [{i}].{key}: expected a string, got {value!r}")
     return value
+
+
+def _wint(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AnnotationError(f"{where}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def decode_mig_profiles(raw: object, where: str) -> tuple[MigProfile, ...]:
+    """``migProfiles`` as HAMi's register JSON writes it (``None`` -> none); errors name ``where``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise AnnotationError(f"{where}: expected a JSON array")
+    out: list[MigProfile] = []
+    for k, p in enumerate(raw):
+        at = f"{where}[{k}]"
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+            raise AnnotationError(f"{at}: expected an object with a string name")
+        places = p.get("placements") or []
+        if not isinstance(places, list) or not all(isinstance(x, dict) for x in places):
+            raise AnnotationError(f"{at}.placements: expected an array of objects")
+        out.append(
+            MigProfile(
+                name=p["name"],
+                memory_mb=_wint(p.get("memoryMB", 0), f"{at}.memoryMB"),
+                core=_wint(p.get("core", 0), f"{at}.core"),
+                slice_count=_wint(p.get("sliceCount", 0), f"{at}.sliceCount"),
+                placements=tuple(
+                    decode_mig_placement(x, f"{at}.placements[{n}]") for n, x in enumerate(places)
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def decode_mig_placement(raw: object, where: str) -> MigPlacement:
+    """``{"start": N, "size": N}``; errors name ``where``."""
+    if not isinstance(raw, dict):
+        raise AnnotationError(f"{where}: expected an object")
+    start = _wint(raw.get("start", 0), f"{where}.start")
+    return MigPlacement(start=start, size=_wint(raw.get("size", 0), f"{where}.size"))
 
 
 def decode_node_devices(value: str) -> tuple[DeviceInfo, ...]:
@@ -201,6 +265,9 @@ def decode_node_devices(value: str) -> tuple[DeviceInfo, ...]:
                 numa=_jint(item, "numa", i),
                 mode=_jstr(item, "mode", i),
                 health=health,
+                mig_profiles=decode_mig_profiles(
+                    item.get("migProfiles"), f"node register [{i}].migProfiles"
+                ),
             )
         )
     return tuple(out)
@@ -320,18 +387,88 @@ def parse_bool(value: str) -> bool | None:
     return None
 
 
+# --- MIG allocations ---------------------------------------------------------------------------
+
+
+def encode_mig_allocations(devices: PodDevices) -> str:
+    """``hami.io/vgpu-mig-allocations`` (HAMi ``EncodeMigAllocations``): one entry per MIG card,
+    ``containerIndex`` over init then app slots; "" when the pod holds no MIG instance."""
+    out = [
+        {
+            "containerIndex": n,
+            "deviceIndex": k,
+            "gpuUUID": d.uuid,
+            "profile": d.mig.profile,
+            "placement": {"start": d.mig.placement.start, "size": d.mig.placement.size},
+        }
+        for n, slot in enumerate(devices)
+        for k, d in enumerate(slot)
+        if d.mig is not None
+    ]
+    return _go_json(out) if out else ""
+
+
+def decode_mig_allocations(value: str) -> dict[tuple[int, int], tuple[DeviceUUID, MigSlice]]:
+    """(containerIndex, deviceIndex) -> (GPU, slice), with HAMi ``DecodeMigAllocations``'s checks:
+    complete entries, all three runtime fields or none, no (container, device) twice."""
+    if value == "":
+        return {}
+    try:
+        items = json.loads(value)
+    except ValueError as e:
+        raise AnnotationError(f"{MIG_ALLOCATIONS}: invalid JSON: {e}") from None
+    if not isinstance(items, list):
+        raise AnnotationError(f"{MIG_ALLOCATIONS}: expected a JSON array")
+    out: dict[tuple[int, int], tuple[DeviceUUID, MigSlice]] = {}
+    for i, item in enumerate(items):
+        (ctr, dev), held = _mig_entry(item, i)
+        if (ctr, dev) in out:
+            raise AnnotationError(f"duplicate MIG allocation for container {ctr} device {dev}")
+        out[ctr, dev] = held
+    return out
+
+
+_MIG_RUNTIME = ("migUUID", "gpuInstanceID", "computeInstanceID")
+
+
+def _mig_entry(item: object, i: int) -> tuple[tuple[int, int], tuple[DeviceUUID, MigSlice]]:
+    incomplete = AnnotationError(f"MIG allocation {i} is incomplete")
+    if not isinstance(item, dict):
+        raise incomplete
+    place = item.get("placement")
+    if not isinstance(place, dict):
+        raise incomplete
+    try:
+        ctr, dev = _jint(item, "containerIndex", i), _jint(item, "deviceIndex", i)
+        start, size = _jint(place, "start", i), _jint(place, "size", i)
+        gpu, profile = _jstr(item, "gpuUUID", i), _jstr(item, "profile", i)
+    except AnnotationError:
+        raise incomplete from None
+    if ctr < 0 or dev < 0 or start < 0 or not gpu or not profile or size <= 0:
+        raise incomplete
+    runtime = sum(1 for k in _MIG_RUNTIME if item.get(k) not in (None, ""))
+    if runtime not in (0, 3):
+        raise AnnotationError(f"MIG allocation {i} has partial runtime identity")
+    held = MigSlice(profile=profile, placement=MigPlacement(start=start, size=size))
+    return (ctr, dev), (DeviceUUID(gpu), held)
+
+
 # --- usage ---------------------------------------------------------------------------------------
 
 
 def collapse_usage(devices: PodDevices, init_count: int = 0) -> dict[DeviceUUID, DeviceUsage]:
     """A pod's per-device usage: init slots give the per-device max (1 slot), app slots are summed.
 
-    The effective usage per device is the field-wise max of the two, in UUID order.
+    The effective usage per device is the field-wise max of the two, in UUID order. Every MIG
+    instance of the pod holds its placement (init and app alike: each is a real GPU instance).
     """
     init: dict[DeviceUUID, list[int]] = {}
     app: dict[DeviceUUID, list[int]] = {}
+    mig: dict[DeviceUUID, list[MigPlacement]] = {}
     for n, slot in enumerate(devices):
         for d in slot:
+            if d.mig is not None:
+                mig.setdefault(d.uuid, []).append(d.mig.placement)
             if n < init_count:
                 cur = init.setdefault(d.uuid, [1, 0, 0])
                 cur[1], cur[2] = max(cur[1], d.usedmem), max(cur[2], d.usedcores)
@@ -341,5 +478,10 @@ def collapse_usage(devices: PodDevices, init_count: int = 0) -> dict[DeviceUUID,
     out: dict[DeviceUUID, DeviceUsage] = {}
     for uuid in sorted(init.keys() | app.keys()):
         i, a = init.get(uuid, [0, 0, 0]), app.get(uuid, [0, 0, 0])
-        out[uuid] = DeviceUsage(used=max(i[0], a[0], 1), usedmem=max(i[1], a[1]), usedcores=max(i[2], a[2]))
+        out[uuid] = DeviceUsage(
+            used=max(i[0], a[0], 1),
+            usedmem=max(i[1], a[1]),
+            usedcores=max(i[2], a[2]),
+            mig=tuple(mig.get(uuid, ())),
+        )
     return out

@@ -125,7 +125,8 @@ def _devices(raw: Any) -> tuple[tuple[ContainerDevice, ...], ...]:
                 d.get("idx", 0),
             )
             if (
-                type(uuid) is not str
+                d.get("mig") is not None  # a MIG card: the generic codec reads its slice
+                or type(uuid) is not str
                 or type(kind) is not str
                 or type(mem) is not int
                 or type(cores) is not int

@@ -30,6 +30,42 @@ class DeviceMode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MigPlacement:
+    """Where a MIG GPU instance sits on its card: memory slices ``start`` .. ``start+size-1`` (NVML's
+    ``nvmlGpuInstancePlacement_t``)."""
+
+    start: int
+    size: int
+
+    def overlaps(self, other: MigPlacement) -> bool:
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigProfile:
+    """A MIG profile a card in ``mig`` mode offers (HAMi's ``migProfiles`` entry, from NVML)."""
+
+    name: str
+    """``1g.10gb``: compute slices ``g``, then memory."""
+    memory_mb: int
+    """MiB of the instance (NVML ``memorySizeMB``)."""
+    core: int
+    """% of the card's SMs, rounded up (HAMi: ceil(SMs x 100 / the largest profile's SMs))."""
+    slice_count: int
+    placements: tuple[MigPlacement, ...]
+    """Every placement NVML allows for the profile, in NVML's order."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigSlice:
+    """The MIG instance one card of one container gets: a profile at a placement (HAMi's
+    ``hami.io/vgpu-mig-allocations`` entry without its runtime identity)."""
+
+    profile: str
+    placement: MigPlacement
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceInfo:
     """One physical GPU as its node registers it (HAMi's node register JSON fields)."""
 
@@ -46,15 +82,19 @@ class DeviceInfo:
     numa: int = 0
     mode: str = DeviceMode.HAMI_CORE.value
     health: bool = True
+    mig_profiles: tuple[MigProfile, ...] = ()
+    """In ``mig`` mode: the profiles this card offers, with their legal placements."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceUsage:
-    """What is already given out on one device: slots, MiB and cores."""
+    """What is already given out on one device: slots, MiB and cores (and MIG placements held)."""
 
     used: int = 0
     usedmem: int = 0
     usedcores: int = 0
+    mig: tuple[MigPlacement, ...] = ()
+    """Placements of the MIG instances reserved on the card (one per instance, repeats allowed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +146,8 @@ class ContainerDevice:
     usedcores: int
     idx: int = 0
     """Device index on the node; not part of the HAMi encoding, kept for env ordering."""
+    mig: MigSlice | None = None
+    """On a card in ``mig`` mode: the MIG instance reserved (``usedmem``/``usedcores`` are its profile's)."""
 
 
 #: One slot per container (init first, then app); an empty tuple is a container without GPU.

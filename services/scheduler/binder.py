@@ -97,7 +97,7 @@ def hami_annotations(allocation: Allocation, now: float) -> dict[str, str]:
     """The annotations HAMi's scheduler writes, carried by the Binding itself."""
     encoded = ann.encode_pod_devices(allocation.devices)
     stamp = str(int(now))
-    return {
+    out = {
         ann.ASSIGNED_NODE: allocation.node,
         ann.ASSIGNED_TIME: stamp,
         ann.DEVICES_TO_ALLOCATE: encoded,
@@ -105,6 +105,10 @@ def hami_annotations(allocation: Allocation, now: float) -> dict[str, str]:
         ann.BIND_PHASE: ann.BindPhase.ALLOCATING.value,
         ann.BIND_TIME: stamp,
     }
+    mig = ann.encode_mig_allocations(allocation.devices)
+    if mig:
+        out[ann.MIG_ALLOCATIONS] = mig  # HAMi PatchAnnotations: only for pods holding MIG instances
+    return out
 
 
 class Binder:

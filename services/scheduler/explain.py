@@ -7,7 +7,9 @@ API:
     render_table(report) -> str               the human view
 
 CLUSTER.json: ``{"nodes": [{"name", "annotations", "devices": [{"id", "index", "type", "count", "devmem",
-"devcore", "numa", "mode", "health", "used", "usedmem", "usedcores"}]}]}``. Unknown fields are ignored;
+"devcore", "numa", "mode", "health", "migProfiles", "used", "usedmem", "usedcores", "mig"}]}]}``
+(``migProfiles`` as the register JSON writes it; ``mig``: the placements ``[{"start", "size"}]`` held
+by MIG instances). Unknown fields are ignored;
 missing usage means 0, missing ``health`` healthy, missing ``count`` the default split count (10). The JSON
 report shape is a stable interface (issue 2). This module must not read files or print.
 """
@@ -15,12 +17,27 @@ report shape is a stable interface (issue 2). This module must not read files or
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from services.scheduler.fit import DEFAULT_POLICIES, NodeFit, NodeState, Policies, filter_nodes, fit_pod
-from shared.annotations import encode_pod_devices
-from shared.errors import BadInput
-from shared.model import PERCENT_UNSET, DeviceInfo, DeviceUsage, DeviceUUID, NodeName, PodRequest
+from shared.annotations import (
+    decode_mig_placement,
+    decode_mig_profiles,
+    encode_mig_allocations,
+    encode_pod_devices,
+)
+from shared.errors import AnnotationError, BadInput
+from shared.model import (
+    PERCENT_UNSET,
+    ContainerDevice,
+    DeviceInfo,
+    DeviceUsage,
+    DeviceUUID,
+    MigPlacement,
+    MigProfile,
+    NodeName,
+    PodRequest,
+)
 
 DEFAULT_SPLIT = 10
 """HAMi deviceSplitCount default, used when a device has no ``count``."""
@@ -38,11 +55,19 @@ class RequestView(TypedDict):
     coresreq: int
 
 
+class MigView(TypedDict):
+    profile: str
+    start: int
+    size: int
+
+
 class DeviceView(TypedDict):
     uuid: str
     type: str
     usedmem: int
     usedcores: int
+    mig: NotRequired[MigView]
+    """Only on a card in ``mig`` mode: the MIG instance it gives (profile and placement)."""
 
 
 class NodeView(TypedDict):
@@ -52,6 +77,8 @@ class NodeView(TypedDict):
     reasons: dict[str, int]
     containers: list[list[DeviceView]]
     annotation: str
+    mig_annotation: NotRequired[str]
+    """Only when the pod gets MIG instances: ``hami.io/vgpu-mig-allocations`` as bind writes it."""
 
 
 class Report(TypedDict):
@@ -94,13 +121,32 @@ def _device(raw: object, where: str, position: int) -> tuple[DeviceInfo, DeviceU
         numa=_int(raw, "numa", where, 0),
         mode=_str(raw, "mode", where, "hami-core"),
         health=health,
+        mig_profiles=_mig_profiles(raw, where),
     )
     use = DeviceUsage(
         used=_int(raw, "used", where, 0),
         usedmem=_int(raw, "usedmem", where, 0),
         usedcores=_int(raw, "usedcores", where, 0),
+        mig=_mig_held(raw, where),
     )
     return info, use
+
+
+def _mig_profiles(raw: Mapping[str, object], where: str) -> tuple[MigProfile, ...]:
+    try:
+        return decode_mig_profiles(raw.get("migProfiles"), f"{where}.migProfiles")
+    except AnnotationError as e:
+        raise SnapshotError(str(e)) from None
+
+
+def _mig_held(raw: Mapping[str, object], where: str) -> tuple[MigPlacement, ...]:
+    held = raw.get("mig") or []
+    if not isinstance(held, list):
+        raise SnapshotError(f"{where}.mig: expected a list of placements")
+    try:
+        return tuple(decode_mig_placement(p, f"{where}.mig[{i}]") for i, p in enumerate(held))
+    except AnnotationError as e:
+        raise SnapshotError(str(e)) from None
 
 
 def _node(raw: object, where: str) -> NodeState:
@@ -158,17 +204,25 @@ def _requests(pod: PodRequest) -> list[RequestView]:
 
 
 def _view(nf: NodeFit) -> NodeView:
-    return NodeView(
+    view = NodeView(
         fit=nf.fit,
         score=round(nf.score, 6),
         reason=nf.reason,
         reasons={str(k): v for k, v in sorted(nf.reasons.items())},
-        containers=[
-            [DeviceView(uuid=d.uuid, type=d.type, usedmem=d.usedmem, usedcores=d.usedcores) for d in slot]
-            for slot in nf.devices
-        ],
+        containers=[[_device_view(d) for d in slot] for slot in nf.devices],
         annotation=encode_pod_devices(nf.devices) if nf.fit else "",
     )
+    mig = encode_mig_allocations(nf.devices) if nf.fit else ""
+    if mig:
+        view["mig_annotation"] = mig
+    return view
+
+
+def _device_view(d: ContainerDevice) -> DeviceView:
+    view = DeviceView(uuid=d.uuid, type=d.type, usedmem=d.usedmem, usedcores=d.usedcores)
+    if d.mig is not None:
+        view["mig"] = MigView(profile=d.mig.profile, start=d.mig.placement.start, size=d.mig.placement.size)
+    return view
 
 
 def explain(nodes: Sequence[NodeState], pod: PodRequest, policy: Policies = DEFAULT_POLICIES) -> Report:
@@ -191,6 +245,11 @@ def _describe(r: RequestView) -> str:
     return f"{r['name']}: {r['nums']} x ({mem}, {r['coresreq']} % cores)"
 
 
+def _mig_text(d: DeviceView) -> str:
+    mig = d.get("mig")
+    return "" if mig is None else f",MIG {mig['profile']} at slice {mig['start']}"
+
+
 def render_table(report: Report, pod_name: str = "") -> str:
     """A table a person reads at a glance: one line per node, fitting nodes first, best first."""
     chosen = report["chosen"]
@@ -202,7 +261,7 @@ def render_table(report: Report, pod_name: str = "") -> str:
     for name, v in rows:
         if v["fit"]:
             detail = "; ".join(
-                " ".join(f"{d['uuid']}({d['usedmem']}MiB,{d['usedcores']}%)" for d in slot)
+                " ".join(f"{d['uuid']}({d['usedmem']}MiB,{d['usedcores']}%{_mig_text(d)})" for d in slot)
                 for slot in v["containers"]
                 if slot
             )

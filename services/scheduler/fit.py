@@ -12,7 +12,10 @@ API:
 
 Checks run per device in HAMi's order (health, cordon, type/mode, NUMA, UUID, slots, mutex, quota,
 memory, cores, exclusive, compute units, MIG); the scan goes from the end of the policy-sorted list.
-MIG placement is not implemented: a MIG-mode device always fails with ``CardMigTopologyInfeasible``.
+A card in ``mig`` mode gives each card of a container a MIG profile and placement
+(:mod:`services.scheduler.mig`; ``CardMigTopologyInfeasible`` when none is free) and is examined
+again after a pick, so one container may hold several instances of it (HAMi ``device.go``); a MIG
+request skips the "more cards than the node has" check (HAMi ``score.go`` ``isMIGRequest``).
 
 Pods with a single GPU container and no filters take the exact shortcut of
 :mod:`services.scheduler.fastpath` over precomputed per-node free capacity; results are memoised per
@@ -24,10 +27,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from services.scheduler.fastpath import MEMO_LIMIT, ShapeKey, remember, shape_key, simple_fit, simple_reasons
+from services.scheduler.mig import select_candidate
 from services.scheduler.nodestate import NodeState, apply, release
 from services.scheduler.reasons import Reason, gen_reason
 from services.scheduler.score import (
@@ -49,6 +53,8 @@ from shared.model import (
     ContainerRequest,
     DeviceInfo,
     DeviceMode,
+    MigPlacement,
+    MigSlice,
     NodeName,
     PodDevices,
     PodRequest,
@@ -236,7 +242,7 @@ def _pre_quota(p: _Pod, d: DeviceInfo, used: int) -> str | None:
 
 
 def _post_quota(d: DeviceInfo, row: list[int], memreq: int, coresreq: int) -> str | None:
-    """Checks 11-15: memory, cores, exclusive card, compute units, MIG."""
+    """Checks 11-14: memory, cores, exclusive card, compute units (15, MIG, is :func:`_mig_pick`)."""
     used, usedmem, usedcores = row
     if d.devmem - usedmem < memreq:
         return Reason.CARD_INSUFFICIENT_MEMORY
@@ -246,9 +252,33 @@ def _post_quota(d: DeviceInfo, row: list[int], memreq: int, coresreq: int) -> st
         return Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
     if d.devcore != 0 and usedcores == d.devcore and coresreq == 0:
         return Reason.CARD_COMPUTE_UNITS_EXHAUSTED
-    if d.mode == DeviceMode.MIG:
-        return Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
     return None
+
+
+def _mig_pick(
+    d: DeviceInfo, held: list[MigPlacement], picks: list[ContainerDevice], took: ContainerDevice
+) -> ContainerDevice | None:
+    """Check 15 (HAMi ``CustomFilterRule`` + ``AddResourceUsage``): the card's smallest profile with
+    the memory and a placement free of the card's instances and this container's earlier picks on it.
+    The card then books the profile's memory and cores, not the request's."""
+    occupied = held + [c.mig.placement for c in picks if c.uuid == d.id and c.mig is not None]
+    choice = select_candidate(d.mig_profiles, occupied, took.usedmem)
+    if choice is None:
+        return None
+    profile, placement = choice
+    return replace(
+        took,
+        usedmem=profile.memory_mb,
+        usedcores=profile.core,
+        mig=MigSlice(profile=profile.name, placement=placement),
+    )
+
+
+def _is_mig_request(node: NodeState, cand: list[int], p: _Pod) -> bool:
+    """HAMi ``isMIGRequest``: no ``vgpu-mode`` other than mig, and some candidate card is in mig mode."""
+    if p.mode is not None and DeviceMode.MIG not in p.mode:
+        return False
+    return any(node.devices[i].mode == DeviceMode.MIG for i in cand)
 
 
 def _sorted_candidates(node: NodeState, work: list[list[int]], req: ContainerRequest, p: _Pod) -> list[int]:
@@ -273,15 +303,19 @@ def _fit_container(
     *,
     init: bool,
     prior: list[tuple[ContainerDevice, ...]],
+    held: list[list[MigPlacement]],
 ) -> tuple[tuple[ContainerDevice, ...] | None, dict[str, int], int]:
     """HAMi's per-container Fit (orchestration): devices (or None), reason counts, devices passed in."""
     cand = _sorted_candidates(node, work, req, p)
-    if req.nums > len(cand):
+    if req.nums > len(cand) and not _is_mig_request(node, cand, p):
         return None, {Reason.NODE_INSUFFICIENT_DEVICE: 1}, len(cand)
     reasons: dict[str, int] = {}
     nums, coresreq, prevnuma = req.nums, req.coresreq, None
     picks: list[ContainerDevice] = []
-    for i in reversed(cand):
+    pos = len(cand)
+    while pos > 0:
+        pos -= 1
+        i = cand[pos]
         d = node.devices[i]
         why: str | None = None
         if not d.health:
@@ -307,6 +341,12 @@ def _fit_container(
                 if not _quota_ok(p, prior, picks, took, init)
                 else _post_quota(d, work[i], memreq, coresreq)
             )
+            if why is None and d.mode == DeviceMode.MIG:
+                mig = _mig_pick(d, held[i], picks, took)
+                if mig is None:
+                    why = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
+                else:
+                    took = mig
         if why is not None:
             reasons[why] = reasons.get(why, 0) + 1
             continue
@@ -315,6 +355,8 @@ def _fit_container(
             nums -= 1
             if nums == 0:
                 return tuple(picks), reasons, len(cand)
+            if d.mode == DeviceMode.MIG:
+                pos += 1  # HAMi looks at a MIG card again: it may give this container another instance
     return _finish(node, req=req, p=p, picks=picks, reasons=reasons, total=len(cand))
 
 
@@ -342,6 +384,8 @@ def _fit_node(node: NodeState, p: _Pod) -> NodeFit:
     """HAMi ``calcScore`` for one node: init containers on fresh copies, app containers in sequence."""
     base = [[u.used, u.usedmem, u.usedcores] for u in node.usage]
     app = [row[:] for row in base]
+    mig = node.derived.has_mig
+    app_held = [list(u.mig) for u in node.usage] if mig else []  # read only for cards in mig mode
     slots: list[tuple[ContainerDevice, ...]] = []
     score = node.derived.score
     index = {d.id: i for i, d in enumerate(node.devices)}
@@ -351,7 +395,8 @@ def _fit_node(node: NodeState, p: _Pod) -> NodeFit:
             slots.append(())
             continue
         work = [row[:] for row in base] if spec.init else app
-        picks, reasons, total = _fit_container(node, work, req, p, init=spec.init, prior=slots)
+        held = [list(u.mig) for u in node.usage] if spec.init and mig else app_held
+        picks, reasons, total = _fit_container(node, work, req, p, init=spec.init, prior=slots, held=held)
         if picks is None:
             return NodeFit(
                 node=node.name, fit=False, score=score, reason=gen_reason(reasons, total), reasons=reasons
@@ -361,6 +406,8 @@ def _fit_node(node: NodeState, p: _Pod) -> NodeFit:
             for c in picks:
                 row = app[index[c.uuid]]
                 row[0], row[1], row[2] = row[0] + 1, row[1] + c.usedmem, row[2] + c.usedcores
+                if c.mig is not None:
+                    app_held[index[c.uuid]].append(c.mig.placement)
     return NodeFit(node=node.name, fit=True, score=score, devices=tuple(slots))
 
 

@@ -29,6 +29,7 @@ from shared.model import (
     DeviceInfo,
     DeviceUsage,
     DeviceUUID,
+    MigPlacement,
     NodeName,
     PodUID,
 )
@@ -84,6 +85,8 @@ class Ledger:
     def __init__(self) -> None:
         self._inventory: dict[NodeName, NodeInventory] = {}
         self._usage: dict[NodeName, dict[DeviceUUID, list[int]]] = {}
+        self._mig: dict[NodeName, dict[DeviceUUID, list[MigPlacement]]] = {}
+        """MIG placements the entries hold, per node and card (a multiset: one per instance)."""
         self._held: dict[PodUID, _Held] = {}
         self._by_node: dict[NodeName, set[PodUID]] = {}
         self._versions: dict[NodeName, int] = {}
@@ -208,7 +211,10 @@ class Ledger:
 
     def usage(self, node: NodeName, uuid: DeviceUUID) -> DeviceUsage:
         cur = self._usage.get(node, {}).get(uuid)
-        return _ZERO if cur is None else DeviceUsage(used=cur[0], usedmem=cur[1], usedcores=cur[2])
+        if cur is None:
+            return _ZERO
+        mig = self._mig.get(node, {}).get(uuid, ()) if self._mig else ()
+        return DeviceUsage(used=cur[0], usedmem=cur[1], usedcores=cur[2], mig=tuple(mig))
 
     def snapshot(self, node: NodeName) -> NodeSnapshot | None:
         """The node's devices with their usage (callers cache it by ``version``); None if unregistered."""
@@ -269,8 +275,26 @@ class Ledger:
                     del devices[uuid]
             if not devices:
                 del self._usage[node]
+            self._add_mig(allocation, sign)
             self._add_namespace(allocation.namespace, sign * total_mem, sign * total_cores)
         self._touch(node)
+
+    def _add_mig(self, allocation: Allocation, sign: int) -> None:
+        node = allocation.node
+        for slot in allocation.devices:
+            for d in slot:
+                if d.mig is None:
+                    continue
+                cards = self._mig.setdefault(node, {})
+                held = cards.setdefault(d.uuid, [])
+                if sign > 0:
+                    held.append(d.mig.placement)
+                elif d.mig.placement in held:
+                    held.remove(d.mig.placement)
+                if not held:
+                    del cards[d.uuid]
+                if not cards:
+                    del self._mig[node]
 
     def _add_namespace(self, namespace: str, mem: int, cores: int) -> None:
         cur = self._namespaces.get(namespace)

@@ -15,7 +15,16 @@ from services.scheduler.fastpath import FreeCapacity
 from services.scheduler.score import node_score
 from shared import annotations as ann
 from shared.errors import AnnotationError
-from shared.model import NVIDIA, DeviceInfo, DeviceMode, DeviceUsage, DeviceUUID, NodeName, PodDevices
+from shared.model import (
+    NVIDIA,
+    DeviceInfo,
+    DeviceMode,
+    DeviceUsage,
+    DeviceUUID,
+    MigPlacement,
+    NodeName,
+    PodDevices,
+)
 
 IDLE = DeviceUsage()
 _NVIDIA = NVIDIA.lower()
@@ -115,8 +124,18 @@ def apply(
             used=max(cur.used + sign * add.used, 0),
             usedmem=max(cur.usedmem + sign * add.usedmem, 0),
             usedcores=max(cur.usedcores + sign * add.usedcores, 0),
+            mig=cur.mig + add.mig if sign > 0 else _without(cur.mig, add.mig),
         )
     return out
+
+
+def _without(held: tuple[MigPlacement, ...], gone: tuple[MigPlacement, ...]) -> tuple[MigPlacement, ...]:
+    """``held`` minus each placement of ``gone`` once (a multiset difference)."""
+    left = list(held)
+    for placement in gone:
+        if placement in left:
+            left.remove(placement)
+    return tuple(left)
 
 
 def release(

@@ -3,7 +3,8 @@
 Input: events as ``gpubus tap --json`` prints them (plain dicts with ``kind``), in stream order.
 Inventory snapshots set each device's slots, MiB and cores; ``allocation.decided`` adds a pod's
 slices (a repeated decision for the same pod replaces it); ``allocation.released`` and
-``allocation.failed`` take them away. Pure; knows no service.
+``allocation.failed`` take them away. MIG instances on one card must not share a memory slice.
+Pure; knows no service.
 """
 
 from __future__ import annotations
@@ -26,15 +27,28 @@ class _Device:
         return slots, sum(u[1] for u in self.used.values()), sum(u[2] for u in self.used.values())
 
 
+def _mig_overlap(held: dict[str, list[tuple[int, int]]], uid: str, cd: dict[str, Any], pod: str) -> list[str]:
+    """A MIG instance whose memory slices overlap another live one on the card (then record it)."""
+    start, size = cd["mig"]["placement"]["start"], cd["mig"]["placement"]["size"]
+    clash = [(s, n) for slices in held.values() for s, n in slices if s < start + size and start < s + n]
+    held.setdefault(uid, []).append((start, size))
+    if not clash:
+        return []
+    return [f"MIG overlap on {cd['uuid']} after {pod}: slices {start}+{size} over {clash}"]
+
+
 def replay_overcommit(events: list[dict[str, Any]]) -> list[str]:
     """Invariant 1 over the event stream in stream order."""
     devices: dict[str, _Device] = {}
     holds: dict[str, set[str]] = defaultdict(set)  # pod uid -> devices it holds
     problems: list[str] = []
 
+    placed: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(dict)  # device -> pod -> MIG slices
+
     def drop(uid: str) -> None:
         for dev in holds.pop(uid, set()):
             devices[dev].used.pop(uid, None)
+            placed[dev].pop(uid, None)
 
     for e in events:
         kind = e.get("kind")
@@ -54,6 +68,8 @@ def replay_overcommit(events: list[dict[str, Any]]) -> list[str]:
                     acc[0] += 1
                     acc[1] += cd["usedmem"]
                     acc[2] += cd["usedcores"]
+                    if cd.get("mig"):
+                        problems += _mig_overlap(placed[cd["uuid"]], uid, cd, f"{a['namespace']}/{a['name']}")
             for dev, (n, mem, cores) in per.items():
                 if dev not in devices:
                     problems.append(f"{a['namespace']}/{a['name']} decided on {dev}, unknown to inventory")

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.node_agent.errors import BadAllocateRequest
+from services.node_agent.errors import AllocateFailed, BadAllocateRequest
 from shared.errors import clip
 from shared.model import ContainerDevice, DeviceUUID
 
@@ -117,6 +117,14 @@ def build_container_response(
         envs=_envs(devices, config, f"{vgpu}/{cache_id}.cache"),
         mounts=_mounts(config, cache_dir(config.hook_path, pod_uid, container), disable_control),
     )
+
+
+def build_mig_response(devices: Sequence[ContainerDevice], mig_uuids: Sequence[str]) -> ContainerResponse:
+    """A container on MIG instances sees only their MIG UUIDs: MIG isolates in hardware, so no
+    HAMi-core limits and no mounts (HAMi v2.10 ``plugin/server.go`` Allocate in mig mode)."""
+    if not devices or len(mig_uuids) != len(devices) or not all(mig_uuids):
+        raise AllocateFailed("a container mixes MIG instances and shared cards; give it one kind")
+    return ContainerResponse(envs={VISIBLE_DEVICES: ",".join(mig_uuids)}, mounts=())
 
 
 def _envs(devices: Sequence[ContainerDevice], config: AllocateConfig, cache_file: str) -> dict[str, str]:

@@ -26,6 +26,7 @@ from services.node_agent.errors import DiscoveryError
 from services.node_agent.handoff import Handoff
 from services.node_agent.kubelet import PluginServer
 from services.node_agent.metrics import NodeAgentMetrics
+from services.node_agent.mig import MigPort
 from services.node_agent.pending import Completed
 from services.node_agent.plugin import DevicePluginServicer
 from services.node_agent.settings import NodeAgentSettings
@@ -130,6 +131,7 @@ class NodeAgent:
             emit=bus.emit,
             metrics=self.metrics,
             on_done=self._pod_done,
+            mig=self.source if isinstance(self.source, MigPort) else None,
         )
         servicer = DevicePluginServicer(
             self.advertised, self.handoff, self.metrics, preferred=settings.enable_preferred_allocation
@@ -204,6 +206,7 @@ class NodeAgent:
         elif isinstance(event, AllocationReleased):
             self._lease_revisions.pop(PodUID(event.pod_uid), None)
             self.handoff.released(PodUID(event.pod_uid), event.ts)
+            await self.handoff.reclaim(PodUID(event.pod_uid))
 
     def _valid_revisions(self, leases: dict[str, int]) -> dict[str, int]:
         """A decision's lease revisions, without any that cannot be one (bus input: counted, dropped;

@@ -11,10 +11,24 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from shared.model import DeviceUUID
+from shared.model import DeviceUUID, MigPlacement
 
 #: XIDs HAMi (and the NVIDIA plugin) treat as application errors, not device faults.
 HAMI_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GiProfileInfo:
+    """One GPU instance profile as NVML describes it for a card (``nvmlGpuInstanceProfileInfo_t``
+    plus ``nvmlDeviceGetGpuInstancePossiblePlacements``)."""
+
+    slices: str
+    """The profile's slice key, ``1g`` .. ``8g`` (NVML ``GPU_INSTANCE_PROFILE_<N>_SLICE``)."""
+    memory_mb: int
+    multiprocessors: int
+    slice_count: int
+    instance_count: int
+    placements: tuple[MigPlacement, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +42,8 @@ class PhysicalDevice:
     memory_mib: int
     numa: int = 0
     mig_enabled: bool = False
+    mig_capabilities: tuple[GiProfileInfo, ...] = ()
+    """What NVML says the card's MIG mode can hold; empty for a card without MIG."""
     healthy: bool = True
 
 

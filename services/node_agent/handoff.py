@@ -28,6 +28,7 @@ from services.node_agent.allocate import (
     AllocateConfig,
     ContainerResponse,
     build_container_response,
+    build_mig_response,
     cache_dir,
     preferred_replicas,
 )
@@ -39,6 +40,7 @@ from services.node_agent.errors import (
     NoDecision,
 )
 from services.node_agent.metrics import NodeAgentMetrics
+from services.node_agent.mig import MigInstances, MigPort
 from services.node_agent.pending import (
     Completed,
     PendingTable,
@@ -93,6 +95,7 @@ class Handoff:
         emit: Callable[[Event], None],
         metrics: NodeAgentMetrics,
         on_done: Callable[[Allocation, Completed | None], None],
+        mig: MigPort | None = None,
     ) -> None:
         self._node = settings.node_name
         self._wait_s = settings.allocate_wait_s
@@ -103,6 +106,8 @@ class Handoff:
         self._emit = emit
         self._metrics = metrics
         self._on_done = on_done
+        self.mig = MigInstances(mig)
+        """MIG instances made for pods; destroyed by :meth:`reclaim` when a pod's slice is released."""
         self.table = PendingTable(settings.node_name)
         self.waiting = 0
         """Kubelet calls currently waiting for a decision to arrive."""
@@ -131,6 +136,11 @@ class Handoff:
         if self.table.release(pod_uid, at) is not None:
             log.info("decision for pod %s released", pod_uid)
             self._wake()
+
+    async def reclaim(self, pod_uid: PodUID) -> None:
+        """The pod's allocation is released (finished, deleted or failed): destroy its MIG instances."""
+        if await self.mig.release(pod_uid):
+            log.info("MIG instances of pod %s destroyed", pod_uid)
 
     def rebuild(self, allocations: Iterable[Allocation]) -> int:
         added = [a for a in allocations if self._acceptable(a, "allocations_kv") and self.table.add(a)]
@@ -221,19 +231,29 @@ class Handoff:
         refused call leaves every pending pod as it was for the kubelet's retry."""
         slot: Slot | None = None
         device_ids: Sequence[str] = [i for ids in requests for i in ids]
-        answers: list[tuple[Slot, Sequence[str], ContainerResponse]] = []
+        answers: list[tuple[Slot, Sequence[str], ContainerResponse, tuple[str, ...]]] = []
         try:
             physical = self.physical(requests)
             slots = await self._wait_for_plan([len(ids) for ids in requests])
             for slot, device_ids, devices in zip(slots, requests, physical, strict=True):
-                answers.append((slot, device_ids, self._answer(slot, devices)))
+                mig = await self._mig_instances(slot)
+                answers.append((slot, device_ids, self._answer(slot, devices, mig), mig))
         except (NoDecision, DecisionMismatch, AllocateFailed, BadAllocateRequest) as e:
+            pods = {a[0].allocation.pod_uid for a in answers} | ({slot.allocation.pod_uid} if slot else set())
+            for pod in pods:
+                await self.mig.release(pod)  # all or none: the pod fails, its instances go
             self._failed(e, slot, device_ids)
             raise
-        return [self._applied(slot, device_ids, response) for slot, device_ids, response in answers]
+        return [self._applied(slot, ids, response, mig) for slot, ids, response, mig in answers]
+
+    async def _mig_instances(self, slot: Slot) -> tuple[str, ...]:
+        """The MIG UUIDs of the slot's cards, created now at the reserved placements; () without MIG."""
+        if all(d.mig is None for d in slot.devices):
+            return ()
+        return await self.mig.ensure(slot.allocation.pod_uid, slot.container, slot.devices)
 
     def _applied(
-        self, slot: Slot, device_ids: Sequence[str], response: ContainerResponse
+        self, slot: Slot, device_ids: Sequence[str], response: ContainerResponse, mig: tuple[str, ...] = ()
     ) -> ContainerResponse:
         """Record one answered container: counted, ``allocation.applied``, the pod done when complete."""
         completed = self.table.mark(slot, device_ids)
@@ -247,6 +267,7 @@ class Handoff:
                 container=slot.container,
                 device_ids=tuple(device_ids),
                 complete=completed is not None,
+                mig_uuids=mig,
             )
         )
         if completed is not None:
@@ -279,7 +300,9 @@ class Handoff:
             finally:
                 self.waiting -= 1
 
-    def _answer(self, slot: Slot, physical: Sequence[DeviceUUID]) -> ContainerResponse:
+    def _answer(
+        self, slot: Slot, physical: Sequence[DeviceUUID], mig: Sequence[str] = ()
+    ) -> ContainerResponse:
         decided = sorted(d.uuid for d in slot.devices)
         if sorted(physical) != decided:
             # The kubelet ignored our preference; the decided GPUs win (their limits were accounted).
@@ -291,6 +314,8 @@ class Handoff:
                 sorted(physical),
                 decided,
             )
+        if mig:
+            return build_mig_response(slot.devices, mig)
         response = build_container_response(
             slot.devices,
             self._config,

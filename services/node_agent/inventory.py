@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.node_agent.discovery import PhysicalDevice
+from services.node_agent.mig import card_profiles, instance_count
 from services.node_agent.settings import NodeAgentSettings
 from shared.model import NVIDIA, DeviceInfo, DeviceMode, DeviceUUID
 
@@ -52,16 +53,31 @@ def visible(devices: Iterable[PhysicalDevice], settings: NodeAgentSettings) -> t
 
 
 def device_info(device: PhysicalDevice, settings: NodeAgentSettings, healthy: bool) -> DeviceInfo:
-    mig = device.mig_enabled or settings.operating_mode == DeviceMode.MIG.value
+    """HAMi v2.10 ``plugin/register.go``: in mig mode the card registers its unscaled memory, 100
+    cores, its allowed MIG profiles, and as many slots as one profile has instances."""
+    if device.mig_enabled or settings.operating_mode == DeviceMode.MIG.value:
+        profiles = card_profiles(device_type(device.name), device.mig_capabilities)
+        return DeviceInfo(
+            id=device.uuid,
+            index=device.index,
+            type=device_type(device.name),
+            count=instance_count(device.mig_capabilities, profiles),
+            devmem=device.memory_mib,
+            devcore=100,
+            numa=device.numa,
+            mode=DeviceMode.MIG.value,
+            health=healthy,
+            mig_profiles=profiles,
+        )
     return DeviceInfo(
         id=device.uuid,
         index=device.index,
         type=device_type(device.name),
         count=settings.device_split_count,
-        devmem=0 if mig else math.floor(device.memory_mib * settings.device_memory_scaling),
-        devcore=100 if mig else int(settings.device_core_scaling * 100),
+        devmem=math.floor(device.memory_mib * settings.device_memory_scaling),
+        devcore=int(settings.device_core_scaling * 100),
         numa=device.numa,
-        mode=DeviceMode.MIG.value if device.mig_enabled else settings.operating_mode,
+        mode=settings.operating_mode,
         health=healthy,
     )
 
@@ -69,7 +85,9 @@ def device_info(device: PhysicalDevice, settings: NodeAgentSettings, healthy: bo
 def device_infos(
     devices: Iterable[PhysicalDevice], settings: NodeAgentSettings, unhealthy: frozenset[DeviceUUID]
 ) -> tuple[DeviceInfo, ...]:
-    return tuple(device_info(d, settings, d.uuid not in unhealthy) for d in visible(devices, settings))
+    """Every visible card; a card in mig mode without an allowed profile is left out, as HAMi does."""
+    infos = (device_info(d, settings, d.uuid not in unhealthy) for d in visible(devices, settings))
+    return tuple(i for i in infos if i.mode != DeviceMode.MIG.value or i.mig_profiles)
 
 
 def replicas(infos: Iterable[DeviceInfo], with_numa: bool) -> tuple[Replica, ...]:

@@ -3,13 +3,17 @@
 Owns every pynvml call and converts NVML errors to :class:`DiscoveryError` once. Health comes
 from XID critical-error events judged by :class:`HealthPolicy`; a device recovers through
 :class:`HealthTracker` when it answers NVML again after a quiet period. Blocking NVML calls run
-in worker threads. NUMA comes from ``/sys/bus/pci/devices/<bus id>/numa_node``.
+in worker threads. NUMA comes from ``/sys/bus/pci/devices/<bus id>/numa_node``. A card in MIG mode
+reports its GPU instance profiles and legal placements, and this source is the node's
+:class:`MigPort`: it creates exactly the reserved GPU instance + compute instance and destroys them
+(HAMi v2.10 ``plugin/migmgr.go``; untested here on hardware: this machine has no GPU).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -18,14 +22,28 @@ from typing import Any
 
 import pynvml
 
-from services.node_agent.discovery import HealthChange, HealthPolicy, HealthTracker, PhysicalDevice
+from services.node_agent.discovery import (
+    GiProfileInfo,
+    HealthChange,
+    HealthPolicy,
+    HealthTracker,
+    PhysicalDevice,
+)
 from services.node_agent.errors import DiscoveryError
-from shared.model import DeviceUUID
+from services.node_agent.mig import MigError, MigInstance, slice_key
+from shared.model import DeviceUUID, MigPlacement
 
 log = logging.getLogger(__name__)
 
 _WAIT_MS = 1000
 _SYSFS_PCI = Path("/sys/bus/pci/devices")
+#: Slice key -> NVML GPU instance and compute instance profile (HAMi ``profileNameToGIProfileID``).
+_GI_PROFILES = {
+    f"{n}g": getattr(pynvml, f"NVML_GPU_INSTANCE_PROFILE_{n}_SLICE") for n in (1, 2, 3, 4, 6, 7, 8)
+}
+_CI_PROFILES = {
+    f"{n}g": getattr(pynvml, f"NVML_COMPUTE_INSTANCE_PROFILE_{n}_SLICE") for n in (1, 2, 3, 4, 6, 7, 8)
+}
 
 
 def _text(value: Any) -> str:
@@ -73,7 +91,8 @@ class NvmlSource:
             name=_text(pynvml.nvmlDeviceGetName(handle)),
             memory_mib=self._memory_mib(handle),
             numa=numa_node(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId)),
-            mig_enabled=self._mig_enabled(handle),
+            mig_enabled=(mig := self._mig_enabled(handle)),
+            mig_capabilities=mig_capabilities(handle) if mig else (),
         )
 
     def _memory_mib(self, handle: Any) -> int:
@@ -89,6 +108,19 @@ class NvmlSource:
         except pynvml.NVMLError:
             return False
         return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+
+    # -- MIG (this node's MigPort) ------------------------------------------------------------
+    async def create_instance(self, gpu: DeviceUUID, profile: str, placement: MigPlacement) -> MigInstance:
+        try:
+            return await asyncio.to_thread(_create_instance, gpu, profile, placement)
+        except pynvml.NVMLError as e:
+            raise MigError(f"create MIG {profile} at {placement} on {gpu}: {e}") from e
+
+    async def destroy_instance(self, instance: MigInstance) -> None:
+        try:
+            await asyncio.to_thread(_destroy_instance, instance)
+        except pynvml.NVMLError as e:
+            raise MigError(f"destroy MIG {instance.mig_uuid} on {instance.gpu}: {e}") from e
 
     async def health_changes(self) -> AsyncIterator[HealthChange]:
         if not self._policy.enabled:
@@ -169,3 +201,98 @@ class NvmlSource:
         self._closed = True
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+
+
+# -- MIG through NVML (blocking: called in worker threads) ---------------------------------------
+
+
+def _possible_placements(handle: Any, profile_id: int) -> tuple[MigPlacement, ...]:
+    count = ctypes.c_uint(0)
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    return tuple(MigPlacement(start=int(p.start), size=int(p.size)) for p in array[: count.value])
+
+
+def mig_capabilities(handle: Any) -> tuple[GiProfileInfo, ...]:
+    """Every GPU instance profile the card's MIG mode offers, with its legal placements."""
+    out: list[GiProfileInfo] = []
+    for key, profile in _GI_PROFILES.items():
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+            placements = _possible_placements(handle, info.id)
+        except pynvml.NVMLError:
+            continue  # the card has no such profile
+        out.append(
+            GiProfileInfo(
+                slices=key,
+                memory_mb=int(info.memorySizeMB),
+                multiprocessors=int(info.multiprocessorCount),
+                slice_count=int(info.sliceCount),
+                instance_count=int(info.instanceCount),
+                placements=placements,
+            )
+        )
+    return tuple(out)
+
+
+def _create_instance(gpu: DeviceUUID, profile: str, placement: MigPlacement) -> MigInstance:
+    """HAMi ``EnsureAllocation``: the reserved placement or an error, never another placement."""
+    key = slice_key(profile)
+    if key not in _GI_PROFILES:
+        raise MigError(f"unsupported MIG profile {profile!r}")
+    handle = pynvml.nvmlDeviceGetHandleByUUID(gpu)
+    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, _GI_PROFILES[key])
+    if placement not in _possible_placements(handle, info.id):
+        raise MigError(f"scheduler selected invalid placement {placement} for profile {profile}")
+    where = pynvml.c_nvmlGpuInstancePlacement_t()
+    where.start, where.size = placement.start, placement.size
+    gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, info.id, ctypes.byref(where))
+    try:
+        gi_id = int(pynvml.nvmlGpuInstanceGetInfo(gi).id)
+        ci_profile = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, _CI_PROFILES[key], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+        )
+        ci = pynvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile.id)
+        try:
+            ci_id = int(pynvml.nvmlComputeInstanceGetInfo(ci).id)
+            mig_uuid = _mig_uuid(handle, gi_id)
+        except BaseException:
+            pynvml.nvmlComputeInstanceDestroy(ci)
+            raise
+    except BaseException:
+        pynvml.nvmlGpuInstanceDestroy(gi)
+        raise
+    return MigInstance(
+        gpu=gpu,
+        profile=profile,
+        placement=placement,
+        mig_uuid=mig_uuid,
+        gpu_instance_id=gi_id,
+        compute_instance_id=ci_id,
+    )
+
+
+def _mig_uuid(handle: Any, gi_id: int) -> str:
+    """The MIG device of GPU instance ``gi_id`` (HAMi ``findMigUUIDForGI``)."""
+    for i in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
+            if pynvml.nvmlDeviceGetGpuInstanceId(mig) == gi_id:
+                return _text(pynvml.nvmlDeviceGetUUID(mig))
+        except pynvml.NVMLError_NotFound:
+            continue
+    raise MigError(f"no MIG device found for GPU instance {gi_id}")
+
+
+def _destroy_instance(instance: MigInstance) -> None:
+    """Destroy the compute and GPU instance; one already gone counts as destroyed (HAMi)."""
+    handle = pynvml.nvmlDeviceGetHandleByUUID(instance.gpu)
+    try:
+        gi = pynvml.nvmlDeviceGetGpuInstanceById(handle, instance.gpu_instance_id)
+    except pynvml.NVMLError_NotFound:
+        return
+    with contextlib.suppress(pynvml.NVMLError_NotFound):
+        ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, instance.compute_instance_id)
+        pynvml.nvmlComputeInstanceDestroy(ci)
+    pynvml.nvmlGpuInstanceDestroy(gi)

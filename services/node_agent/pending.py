@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from services.node_agent.allocate import is_container_name, is_pod_uid
 from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision
 from shared.errors import clip
-from shared.model import Allocation, AllocationState, ContainerDevice, DeviceInfo, DeviceUUID, PodUID
+from shared.model import (
+    Allocation,
+    AllocationState,
+    ContainerDevice,
+    DeviceInfo,
+    DeviceMode,
+    DeviceUUID,
+    PodUID,
+)
 
 NO_DECISION = "no allocation decided for this node"
 
@@ -33,8 +41,9 @@ def decision_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceIn
 
     The codec checks types only; these are the promises the handoff relies on: one container
     name per slot, Kubernetes-shaped names (they become a cache directory path), GPUs this node
-    advertises (``cards``), each at most once per container, limits within what the card
-    registered (the scheduler's Fit never gives more).
+    advertises (``cards``), each at most once per container (a card in mig mode once per
+    instance), MIG instances only on cards in mig mode, limits within what the card registered
+    (the scheduler's Fit never gives more).
     """
     if len(allocation.containers) != len(allocation.devices):
         return f"{len(allocation.containers)} container names for {len(allocation.devices)} device slots"
@@ -47,8 +56,11 @@ def decision_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceIn
     if not is_pod_uid(allocation.pod_uid):
         return f"pod UID {clip(allocation.pod_uid)!r} is not path-safe (not a Kubernetes UID)"
     for name, slot in zip(allocation.containers, allocation.devices, strict=True):
-        if len({d.uuid for d in slot}) != len(slot):
+        # several MIG instances of one card are distinct devices: a card counts once per placement
+        if len({(d.uuid, d.mig.placement if d.mig else None) for d in slot}) != len(slot):
             return f"container {name} is given the same GPU twice: {clip(str([d.uuid for d in slot]))}"
+        if any(d.mig is not None and d.uuid in cards and cards[d.uuid].mode != DeviceMode.MIG for d in slot):
+            return f"container {name} is given a MIG instance on a card that is not in mig mode"
     for device in (d for slot in allocation.devices for d in slot):
         card = cards.get(device.uuid)
         if card is None:

@@ -59,6 +59,8 @@ class AllocationApplied(Event):
     """Replica IDs the kubelet passed (``<UUID>-<i>``)."""
     complete: bool = False
     """True when every GPU container of the pod has been allocated."""
+    mig_uuids: tuple[str, ...] = ()
+    """On MIG cards: the UUID of the MIG instance each of the container's cards got, in card order."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

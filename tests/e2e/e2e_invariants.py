@@ -7,7 +7,8 @@ buckets. Violations are collected as sentences, so a failing test says everythin
 1. No device is ever over-committed: replaying inventory + allocation.decided/failed/released in
    stream order, per device the slots, MiB and cores handed out never exceed the device's.
 2. Every pod is Running/Succeeded with exactly the limits it asked for (the Allocate envs match the
-   decision and the decision matches the pod's resource limits), or Pending with a published
+   decision and the decision matches the pod's resource limits; a pod on MIG instances sees one
+   MIG UUID per card and no HAMi-core limits), or Pending with a published
    ``pod.unschedulable``, or (only where the test allows it) Failed.
 3. The ledger equals the live GPU pods: KV ``allocations`` holds exactly the bound, unfinished pods
    that ask for GPU resources (a pod without any, placed by the default-scheduler, has no slice).
@@ -59,6 +60,11 @@ def _expected_envs(pod: Pod, record: dict[str, Any], devmem: dict[str, int]) -> 
         if len(ids) != int(limits[_COUNT]):
             problems.append(f"{name}/{c['name']}: asked {limits[_COUNT]} GPUs, kubelet assigned {len(ids)}")
         uuids = envs.get("NVIDIA_VISIBLE_DEVICES", "").split(",")
+        if all(u.startswith("MIG-") for u in uuids):
+            # MIG isolates in hardware: one instance per card asked, and no HAMi-core limits
+            if len(set(uuids)) != int(limits[_COUNT]) or any(k.startswith("CUDA_") for k in envs):
+                problems.append(f"{name}/{c['name']}: MIG answer {envs} for {limits[_COUNT]} GPUs")
+            continue
         for i, uuid in enumerate(uuids):
             want = None
             if _MEM in limits:

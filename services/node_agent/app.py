@@ -24,6 +24,7 @@ from services.node_agent.background import TaskSet
 from services.node_agent.discovery import DeviceSource, HealthChange, HealthInjector, HealthPolicy
 from services.node_agent.errors import DiscoveryError
 from services.node_agent.handoff import Handoff
+from services.node_agent.inventory import node_resources
 from services.node_agent.kubelet import PluginServer
 from services.node_agent.metrics import NodeAgentMetrics
 from services.node_agent.mig import MigPort
@@ -145,6 +146,7 @@ class NodeAgent:
         self._subscription: Route | None = None
         self._health_service: Service | None = None
         self._annotation = ""
+        self._resources: dict[str, dict[str, str]] = {}
         self._verify_queue = VerifyQueue(settings.verify_delay_s, _VERIFY_ATTEMPTS)
         self._lease_revisions: dict[PodUID, dict[str, int]] = {}
         """Pod -> the Allocate leases its decision said the scheduler holds (key -> revision)."""
@@ -387,6 +389,7 @@ class NodeAgent:
             snapshot = self.advertised.snapshot
             await self._publish_inventory(snapshot)
             await self._annotate_node(snapshot)
+            await self._publish_resources(snapshot)
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the cancel of a stop
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.heartbeat_s):
@@ -419,6 +422,21 @@ class NodeAgent:
             log.warning("cannot write %s on node %s: %s", NODE_REGISTER, self.node, e)
             return
         self._annotation = value
+
+
+    async def _publish_resources(self, snapshot: Snapshot) -> None:
+        """Memory and cores in the Node's capacity/allocatable, patched only when they change."""
+        if self.kube is None or not self.settings.publish_capacity:
+            return
+        status = node_resources(snapshot.devices, self.settings)
+        if status == self._resources:
+            return
+        try:
+            await self.kube.patch_node_status(self.node, {"status": status})
+        except GpubusError as e:
+            log.warning("cannot publish GPU memory and cores on node %s: %s", self.node, e)
+            return
+        self._resources = status
 
 
 async def metrics_server(settings: NodeAgentSettings, metrics: NodeAgentMetrics) -> web.AppRunner | None:

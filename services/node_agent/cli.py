@@ -34,6 +34,13 @@ def node_agent(
     disable_core_limit: Annotated[bool | None, Opt("--disable-core-limit", help="No SM limiting.")] = None,
     gpu_core_policy: Annotated[str | None, Opt(help="default, force or disable.")] = None,
     resource_name: Annotated[str | None, Opt(help="Extended resource (default nvidia.com/gpu).")] = None,
+    resource_memory_name: Annotated[str | None, Opt(help="Memory resource (nvidia.com/gpumem).")] = None,
+    resource_cores_name: Annotated[str | None, Opt(help="Cores resource (nvidia.com/gpucores).")] = None,
+    memory_factor: Annotated[int | None, Opt(help="MiB per memory unit (the scheduler's; 1).")] = None,
+    publish_capacity: Annotated[
+        bool | None,
+        Opt("--publish-capacity/--no-publish-capacity", help="Memory and cores in the Node's capacity."),
+    ] = None,
     hook_path: Annotated[str | None, Opt(help="Host dir with vgpu/libvgpu.so (default /usr/local).")] = None,
     libvgpu_version: Annotated[
         str | None, Opt(help="Mount vgpu/libvgpu.so.<this> when present (HAMi's versioned copy).")

@@ -90,6 +90,21 @@ def device_infos(
     return tuple(i for i in infos if i.mode != DeviceMode.MIG.value or i.mig_profiles)
 
 
+def node_resources(devices: Iterable[DeviceInfo], settings: NodeAgentSettings) -> dict[str, dict[str, str]]:
+    """The Node status the node-agent publishes (merge patch body): total memory (in memory-factor
+    units) and cores of every registered card as ``capacity``, of the healthy ones as
+    ``allocatable``, as the kubelet does with a device plugin's healthy devices."""
+    cards = list(devices)
+
+    def amounts(chosen: list[DeviceInfo]) -> dict[str, str]:
+        return {
+            settings.resource_memory_name: str(sum(d.devmem for d in chosen) // settings.memory_factor),
+            settings.resource_cores_name: str(sum(d.devcore for d in chosen)),
+        }
+
+    return {"capacity": amounts(cards), "allocatable": amounts([d for d in cards if d.health])}
+
+
 def replicas(infos: Iterable[DeviceInfo], with_numa: bool) -> tuple[Replica, ...]:
     """``count`` replicas per device, in device order then replica order."""
     return tuple(

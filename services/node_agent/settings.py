@@ -57,6 +57,15 @@ class NodeAgentSettings:
     """MiB to assume when NVML cannot report a card's memory (0 = use NVML)."""
     resource_name: str = "nvidia.com/gpu"
     """Extended resource the kubelet advertises (HAMi's ``resourceCountName``)."""
+    resource_memory_name: str = "nvidia.com/gpumem"
+    """Memory resource (keep it the scheduler's): published in the Node's capacity and allocatable."""
+    resource_cores_name: str = "nvidia.com/gpucores"
+    """Cores resource (keep it the scheduler's): published in the Node's capacity and allocatable."""
+    memory_factor: int = 1
+    """MiB per unit of the memory resource (the scheduler's ``--memory-factor``)."""
+    publish_capacity: bool = True
+    """Publish the node's total and allocatable memory and cores on the Node's status (needs a
+    Kubernetes API): ``kubectl describe node`` and quota tools see them."""
     hook_path: str = "/usr/local"
     """Host directory holding ``vgpu/libvgpu.so`` (HAMi's ``HOOK_PATH``)."""
     libvgpu_version: str = ""
@@ -156,8 +165,12 @@ def validate(settings: NodeAgentSettings) -> NodeAgentSettings:
         raise SettingsError(
             f"gpu core policy must be default, force or disable, got {settings.gpu_core_policy!r}"
         )
-    if "/" not in settings.resource_name:
-        raise SettingsError(f"resource name {settings.resource_name!r} must look like domain/name")
+    for name in ("resource_name", "resource_memory_name", "resource_cores_name"):
+        value = getattr(settings, name)
+        if "/" not in value:
+            raise SettingsError(f"{name.replace('_', ' ')} {value!r} must look like domain/name")
+    if settings.memory_factor < 1:
+        raise SettingsError(f"memory factor must be >= 1, got {settings.memory_factor}")
     for name in ("heartbeat_s", "watch_interval_s"):
         if not getattr(settings, name) > 0 or math.isinf(getattr(settings, name)):
             raise SettingsError(f"{name} must be > 0 seconds, got {getattr(settings, name)}")

@@ -83,3 +83,17 @@ async def test_a_deleted_pods_slice_is_given_again(e2e: E2E) -> None:
     again = reservations(e2e, "mig-again")[0]
     assert (again["gpuUUID"], again["placement"]) == (first["gpuUUID"], first["placement"])
     await e2e.check_invariants()
+
+
+async def test_the_node_shows_its_gpu_memory_and_cores(e2e: E2E) -> None:
+    """What ``kubectl describe node`` lists: two A100-80GB in mig mode, 81920 MiB and 100 cores each."""
+    nodes, _ = await e2e.kube.list_nodes()
+    (node,) = nodes
+
+    async def published() -> bool:
+        status = ((await e2e.kube.get_node(node["metadata"]["name"])) or {}).get("status") or {}
+        want = {"nvidia.com/gpumem": "163840", "nvidia.com/gpucores": "200"}
+        parts = [status.get("capacity") or {}, status.get("allocatable") or {}]
+        return all(part.get(k) == v for part in parts for k, v in want.items())
+
+    await wait_until(published, 30, what="GPU memory and cores in the Node's status")

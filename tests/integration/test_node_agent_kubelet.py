@@ -147,6 +147,37 @@ async def test_node_register_annotation_is_written_in_hamis_json_and_follows_hea
             await kube.close()
 
 
+async def test_node_status_carries_gpu_memory_and_cores_and_follows_health(bus: Bus, tmp_path: Path) -> None:
+    """HAMi's v2.11 roadmap (vgpu-manager has it): the node's memory and cores as Node resources."""
+    async with SimApiServer() as api:
+        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        r = Rig(bus, spec="2xA10")
+        r.kube = kube
+        try:
+            await kube.create_node({"metadata": {"name": r.node}})
+            await r.start()
+
+            async def resources() -> tuple[dict[str, str], dict[str, str]]:
+                status = ((await kube.get_node(r.node)) or {}).get("status") or {}
+                return status.get("capacity") or {}, status.get("allocatable") or {}
+
+            async def published(allocatable_mem: str) -> bool:
+                capacity, allocatable = await resources()
+                return (
+                    capacity.get("nvidia.com/gpumem") == "49152"
+                    and capacity.get("nvidia.com/gpucores") == "200"
+                    and allocatable.get("nvidia.com/gpumem") == allocatable_mem
+                )
+
+            await wait_until(lambda: published("49152"), what="capacity on the Node")
+            r.agent.apply_health(HealthChange(uuid=r.gpus[0], healthy=False, reason="test"))  # type: ignore[union-attr]
+            await wait_until(lambda: published("24576"), what="allocatable without the unhealthy card")
+            assert (await resources())[1]["nvidia.com/gpucores"] == "100"
+        finally:
+            await r.close()
+            await kube.close()
+
+
 async def _nonempty(items: Awaitable[list[dict[str, object]]]) -> bool:
     return bool(await items)
 

@@ -22,7 +22,7 @@ import pytest
 from services.node_agent.allocate import build_mig_response
 from services.node_agent.discovery import PhysicalDevice
 from services.node_agent.errors import AllocateFailed, SimSpecError
-from services.node_agent.inventory import device_infos, replicas
+from services.node_agent.inventory import device_infos, node_resources, replicas
 from services.node_agent.mig import (
     MigError,
     MigInstances,
@@ -167,3 +167,26 @@ def test_the_container_sees_only_its_mig_uuids() -> None:
     assert (dict(response.envs), response.mounts) == ({"NVIDIA_VISIBLE_DEVICES": "MIG-a,MIG-b"}, ())
     with pytest.raises(AllocateFailed, match="mixes MIG instances and shared cards"):
         build_mig_response(cards, ["MIG-a", ""])
+
+
+# --- memory and cores in the Node's capacity -------------------------------------------------------
+
+
+def test_node_resources_total_every_card_and_allocatable_only_healthy_ones() -> None:
+    """capacity: every registered card; allocatable: the healthy ones (as the kubelet treats a device
+    plugin's devices); memory in the scheduler's memory-factor units."""
+    settings = NodeAgentSettings(node_name="n1", device_memory_scaling=1.5)
+    infos = device_infos(build_devices("n1", "A100-80GB:mig+2xA10"), settings, frozenset())
+    sick = {infos[2].id}
+    cards = build_devices("n1", "A100-80GB:mig+2xA10")
+    status = node_resources(device_infos(cards, settings, sick), settings)
+    assert status == {
+        "capacity": {"nvidia.com/gpumem": str(81920 + 2 * 36864), "nvidia.com/gpucores": "300"},
+        "allocatable": {"nvidia.com/gpumem": str(81920 + 36864), "nvidia.com/gpucores": "200"},
+    }
+    renamed = NodeAgentSettings(
+        node_name="n1",
+        memory_factor=1000,
+        resource_memory_name="hami.io/mem", resource_cores_name="hami.io/c",
+    )
+    assert node_resources(infos[1:2], renamed)["capacity"] == {"hami.io/mem": "36", "hami.io/c": "100"}

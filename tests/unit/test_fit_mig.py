@@ -19,6 +19,8 @@ annotations; the ledger agreeing after a rebuild.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.scheduler.explain import SnapshotError, explain, load_cluster, render_table
 from services.scheduler.fit import NodeState, apply, fit_pod, release
@@ -323,3 +325,41 @@ def test_explain_shows_the_profile_and_placement() -> None:
     cluster["nodes"][0]["devices"][0]["mig"] = [{"start": -1, "size": 1}]  # type: ignore[index]
     with pytest.raises(SnapshotError, match=r"^nodes\[0\]\.devices\[0\]\.mig\[0\]\.start: "):
         load_cluster(cluster)
+
+
+# --- properties: a MIG slice is never double-booked ----------------------------------------------
+
+_POD = st.lists(
+    st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 5000, 9728, 15000, 30000, 50000, 81000])),
+    min_size=1,
+    max_size=2,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pods=st.lists(_POD, min_size=1, max_size=12), cards=st.integers(1, 2))
+def test_placements_are_legal_and_never_overlap_as_pods_come(
+    pods: list[list[tuple[int, int]]], cards: int
+) -> None:
+    """Whatever sequence of pods arrives, each instance sits at a placement its profile allows,
+    holds at least the memory asked, and no two live instances of a card share a memory slice
+    (HAMi ``mig_topology.go``); released pods give their slices back."""
+    current = state(*(held() for _ in range(cards)), devices=tuple(card(i) for i in range(cards)))
+    placed: list[tuple[tuple[ContainerDevice, ...], ...]] = []
+    for n, shape in enumerate(pods):
+        fit = fit_pod(current, pod(*(req(nums=k, mem=m) for k, m in shape)))
+        if not fit.fit:
+            continue
+        for (k, m), slot in zip(shape, fit.devices, strict=True):
+            assert len(slot) == k
+            for d in slot:
+                assert d.mig is not None
+                profile = next(p for p in A100_80 if p.name == d.mig.profile)
+                assert d.mig.placement in profile.placements and profile.memory_mb >= m
+        current = current.with_pod(fit.devices)
+        placed.append(fit.devices)
+        if n % 3 == 2:  # now and then the oldest pod finishes
+            current = current.without_pod(placed.pop(0))
+        for usage in current.usage:
+            slices = [s for p in usage.mig for s in range(p.start, p.start + p.size)]
+            assert len(slices) == len(set(slices)), usage.mig

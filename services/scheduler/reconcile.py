@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from services.scheduler.leases import AllocLeases
@@ -27,7 +28,7 @@ from shared.bus import Subscription
 from shared.errors import AnnotationError, BusUnavailable, RequestError
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.kube import KubeApi, list_and_watch_nodes, list_and_watch_pods
-from shared.model import Allocation, AllocationState, NodeName, PodDevices, PodUID
+from shared.model import Allocation, AllocationState, DeviceUUID, MigSlice, NodeName, PodDevices, PodUID
 from shared.requests import DEFAULT_NAMES, ResourceNames, container_request
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,8 @@ def adoptable(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> A
                 f"{ann.DEVICES_ALLOCATED} gives {len(slot)} GPU(s) to container "
                 f"{container.get('name', '')!r}, which asks for {asked} {names.count}"
             )
+    if a.get(ann.MIG_ALLOCATIONS):
+        devices = _with_mig(devices, ann.decode_mig_allocations(a[ann.MIG_ALLOCATIONS]))
     return Allocation(
         pod_uid=PodUID(meta["uid"]),
         namespace=meta.get("namespace", "default"),
@@ -147,6 +150,23 @@ def adoptable(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> A
         state=_PHASE_STATE.get(a.get(ann.BIND_PHASE, ""), AllocationState.DECIDED),
         decided_at=float(a.get(ann.BIND_TIME, "0") or 0) if a.get(ann.BIND_TIME, "").isdigit() else 0.0,
     )
+
+
+def _with_mig(
+    devices: PodDevices, slices: Mapping[tuple[int, int], tuple[DeviceUUID, MigSlice]]
+) -> PodDevices:
+    """The cards with the MIG instances ``hami.io/vgpu-mig-allocations`` reserves on them, so an
+    adopted pod's placements stay booked (HAMi ``scheduler.go`` restores them the same way); an
+    entry naming a card the device annotation does not give that container is refused."""
+    out = [list(slot) for slot in devices]
+    for (ctr, dev), (gpu, held) in slices.items():
+        if ctr >= len(out) or dev >= len(out[ctr]) or out[ctr][dev].uuid != gpu:
+            raise AnnotationError(
+                f"{ann.MIG_ALLOCATIONS} reserves {held.profile} on {gpu} for container {ctr} card {dev},"
+                f" which {ann.DEVICES_ALLOCATED} does not give it"
+            )
+        out[ctr][dev] = replace(out[ctr][dev], mig=held)
+    return tuple(tuple(slot) for slot in out)
 
 
 class Reconciler:

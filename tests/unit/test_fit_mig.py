@@ -27,6 +27,7 @@ from services.scheduler.fit import NodeState, apply, fit_pod, release
 from services.scheduler.ledger import Ledger
 from services.scheduler.mig import ordered_placements, select_candidate
 from services.scheduler.reasons import Reason
+from services.scheduler.reconcile import adoptable
 from shared import annotations as ann
 from shared.errors import AnnotationError
 from shared.ledger_entries import decode_allocation, encode_allocation
@@ -363,3 +364,43 @@ def test_placements_are_legal_and_never_overlap_as_pods_come(
         for usage in current.usage:
             slices = [s for p in usage.mig for s in range(p.start, p.start + p.size)]
             assert len(slices) == len(set(slices)), usage.mig
+
+
+# --- adopting a HAMi pod that holds MIG instances (migration from HAMi) ----------------------------
+
+
+def hami_pod(mig: str, devices: str = "GPU-0,NVIDIA,9728,15:;") -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "uid-p",
+            "annotations": {ann.DEVICES_ALLOCATED: devices, ann.MIG_ALLOCATIONS: mig},
+        },
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_an_adopted_hami_pod_keeps_its_mig_placements_booked() -> None:
+    """HAMi ``scheduler.go`` rebuilds MigAllocationsInUse from ``hami.io/vgpu-mig-allocations``."""
+    value = ann.encode_mig_allocations(fit_pod(state(held()), pod(req(mem=1))).devices)
+    adopted = adoptable(hami_pod(value))
+    assert adopted is not None
+    ((card0,),) = adopted.devices
+    assert card0.mig == MigSlice(profile="1g.10gb", placement=at(6, 1))
+    after = state(held()).with_pod(adopted.devices)
+    assert after.usage[0].mig == (at(6, 1),)
+    assert slices(fit_pod(after, pod(req(mem=1))).devices) == [[("1g.10gb", 5, 1)]]
+
+
+def test_a_mig_reservation_on_a_card_the_pod_does_not_hold_is_refused() -> None:
+    value = (
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-9","profile":"1g.10gb",'
+        '"placement":{"start":6,"size":1}}]'
+    )
+    with pytest.raises(AnnotationError, match=r"reserves 1g\.10gb on GPU-9 for container 0 card 0"):
+        adoptable(hami_pod(value))

@@ -4,8 +4,10 @@ Services talk to the API server only through ``KubeApi``; objects cross it as pl
 dicts (typed views in :mod:`shared.kube_types`). ``KubeClient`` is the real adapter: it uses
 kubernetes_asyncio for configuration, auth and request building, but always asks for the raw
 response (``_preload_content=False``) and decodes it with orjson — faster, and immune to the
-client's Binding deserialisation bug. HTTP statuses and transport failures become gpubus errors in
-exactly one place (:func:`_raise_for_status`, :func:`_translated`).
+client's Binding deserialisation bug. The per-pod writes (bind, patch) go out on the client's own
+session and auth without its request building (:meth:`KubeClient._send`). HTTP statuses and
+transport failures become gpubus errors in exactly one place (:func:`_raise_for_status`,
+:func:`_translated`).
 
 ``list_and_watch_pods``/``list_and_watch_nodes`` turn list + watch (+ re-list on 410) into one
 level-triggered stream of ADDED/MODIFIED/DELETED events; nothing here polls.
@@ -21,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, cast
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
@@ -62,6 +64,13 @@ from shared.kube_watch import (
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON = "application/json"
+#: The auth setting every generated core/v1 method names.
+_AUTH = ["BearerToken"]
+
+
+def _pod_path(namespace: str, name: str, subresource: str = "") -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}{subresource}"
 
 
 # --------------------------------------------------------------------------- the port
@@ -218,6 +227,29 @@ class KubeClient:
         if self._watch_client is not None:
             await self._watch_client.close()
 
+    async def _send(self, what: str, method: str, path: str, body: object, content_type: str = JSON) -> Any:
+        """One write on the hot path (bind, bind-phase patch) without the generated client's per-call
+        machinery: same session, TLS, proxy, default headers and auth (its own ``update_params_for_auth``,
+        which refreshes tokens), body by orjson. ~100 us less CPU a call (a bind and a patch per pod in
+        the scheduler: 0.63 -> 0.43 ms, client and a trivial server together, /tmp micro-benchmark)."""
+        client = self._api_client
+        rest = client.rest_client
+        headers = {**client.default_headers, "Accept": JSON, "Content-Type": content_type}
+        await client.update_params_for_auth(headers, [], _AUTH)
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
+        with _translated(what):
+            async with rest.pool_manager.request(method, self.host + path, data=orjson.dumps(body),
+                                                 headers=headers, timeout=self._timeout, **extra) as resp:
+                await _raise_for_status(resp, what)
+                raw = await resp.read()
+        return orjson.loads(raw) if raw else None
+
     async def _call(self, what: str, method: Callable[..., Awaitable[Any]], *args: Any, **kw: Any) -> Any:
         """Run one generated API method raw; return the decoded JSON body (or raise a KubeError)."""
         with _translated(what):
@@ -267,8 +299,8 @@ class KubeClient:
         return cast(Pod, await self._call("create pod", self._core.create_namespaced_pod, namespace, pod))
 
     async def patch_pod(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod:
-        return cast(Pod, await self._call("patch pod", self._core.patch_namespaced_pod, name, namespace,
-                                          merge_patch, _content_type=MERGE_PATCH))
+        return cast(Pod, await self._send("patch pod", "PATCH", _pod_path(namespace, name), merge_patch,
+                                          MERGE_PATCH))
 
     async def patch_pod_status(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod:
         """Merge-patch the ``status`` subresource (the kubelet's and the scheduler's writes)."""
@@ -293,7 +325,7 @@ class KubeClient:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         # The server answers 201 with a Status, not a Binding: raw response only (protocols.md §4).
-        await self._call("bind pod", self._core.create_namespaced_pod_binding, name, namespace, binding)
+        await self._send("bind pod", "POST", _pod_path(namespace, name, "/binding"), binding)
 
     # nodes -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ Webhook cases live in test_kube_webhook.py.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 import sim_fixtures
+from aiohttp import web
 from asyncwait import wait_until
 from kubectl import kubectl, needs_kubectl
 
@@ -440,6 +442,10 @@ async def test_a_proxy_from_the_environment_still_applies_to_the_api_server(
     try:
         with pytest.raises(KubeUnavailable):
             await proxied.get_pod("default", "any")
+        with pytest.raises(KubeUnavailable):  # the hot writes too (KubeClient._send)
+            await proxied.bind_pod("default", "any", "uid", "node-1", {})
+        with pytest.raises(KubeUnavailable):
+            await proxied.patch_pod("default", "any", {"metadata": {"labels": {"a": "b"}}})
     finally:
         await proxied.close()
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
@@ -448,3 +454,52 @@ async def test_a_proxy_from_the_environment_still_applies_to_the_api_server(
         assert await direct.get_pod("default", "any") is None
     finally:
         await direct.close()
+
+
+async def test_bind_and_patch_send_the_configured_token_agent_and_content_types(tmp_path: Path) -> None:
+    """The per-pod writes skip the generated client's request building, not its auth: the token
+    of the kubeconfig, its User-Agent, the merge-patch content type and quoted paths arrive."""
+    seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append((request.method, request.raw_path, dict(request.headers), await request.read()))
+        return web.json_response({"kind": "Status", "status": "Success"}, status=201)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    config = tmp_path / "kubeconfig"
+    config.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
+users: [{{name: u, user: {{token: s3cret}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    client = await KubeClient.from_kubeconfig(config)
+    try:
+        await client.bind_pod("team a", "p/1", "uid-1", "node-1", {"hami.io/bind-phase": "allocating"})
+        await client.patch_pod("default", "p", {"metadata": {"annotations": {"k": "v"}}})
+    finally:
+        await client.close()
+        await runner.cleanup()
+    (bind_method, bind_path, bind_headers, bind_body), patch = seen
+    patch_method, patch_path, patch_headers, patch_body = patch
+    assert (bind_method, bind_path) == ("POST", "/api/v1/namespaces/team%20a/pods/p%2F1/binding")
+    assert (patch_method, patch_path) == ("PATCH", "/api/v1/namespaces/default/pods/p")
+    for headers in (bind_headers, patch_headers):
+        assert headers["Authorization"] == "Bearer s3cret"
+        assert headers["User-Agent"].startswith("OpenAPI-Generator/")
+        assert headers["Accept"] == "application/json"
+    assert bind_headers["Content-Type"] == "application/json"
+    assert patch_headers["Content-Type"] == "application/merge-patch+json"
+    assert json.loads(bind_body) == {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "p/1", "namespace": "team a", "uid": "uid-1",
+                     "annotations": {"hami.io/bind-phase": "allocating"}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}
+    assert json.loads(patch_body) == {"metadata": {"annotations": {"k": "v"}}}

@@ -24,6 +24,7 @@ from nats.aio.subscription import Subscription as CoreSubscription
 from nats.js import JetStreamContext
 
 from shared.bus import schema
+from shared.bus.acked import publish_acked
 from shared.bus.buckets import LOCKS, STREAM
 from shared.bus.consumer import (
     ConsumerOptions,
@@ -145,7 +146,8 @@ class Bus:
             headers = {"Nats-Msg-Id": event.id}
             _check_size(what, len(data), _header_bytes(headers), self.nc.max_payload)
             with translated_publish(what):
-                await self.js.publish(subject_for(event), data, headers=headers)
+                await publish_acked(self.nc, subject_for(event), data, headers=headers,
+                                    timeout=self.settings.request_timeout_s)
         except EventRefused as e:
             self.stats.refused += 1
             log.warning("dropping %s %s (%d bytes): NATS can never store it: %s", event.KIND, event.id,
@@ -219,7 +221,8 @@ class Bus:
         kv = self._kvs.get(bucket)
         if kv is None:
             with translated(f"open bucket {bucket}"):
-                kv = KV(self.nc, self.js, await self.js.key_value(bucket), bucket)
+                kv = KV(self.nc, self.js, await self.js.key_value(bucket), bucket,
+                        timeout=self.settings.request_timeout_s)
             self._kvs[bucket] = kv
         return kv
 

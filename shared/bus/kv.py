@@ -23,6 +23,7 @@ from nats.js import JetStreamContext, api
 from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
 
 from shared.bus import ordered
+from shared.bus.acked import publish_acked
 from shared.bus.errors import translated
 from shared.errors import BusUnavailable, CasConflict
 
@@ -124,9 +125,11 @@ def _is_tombstone(msg: Msg) -> bool:
 class KV:
     """One KV bucket. Revisions are stream sequence numbers; CAS losers get ``CasConflict``."""
 
-    def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, bucket: str) -> None:
+    def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, bucket: str, *,
+                 timeout: float = 5.0) -> None:
         self._nc = nc
         self._js = js
+        self._timeout = timeout
         self._kv = kv
         self.bucket = bucket
         self._stream = f"KV_{bucket}"
@@ -152,7 +155,10 @@ class KV:
     async def put(self, key: str, value: bytes) -> int:
         """Write unconditionally; returns the new revision."""
         with translated(f"kv put {self.bucket}/{key}"):
-            return await self._kv.put(key, value)
+            if not nats.js.kv._is_key_valid(key):
+                raise nats.js.errors.InvalidKeyError(key)
+            return await publish_acked(self._nc, self._prefix + key, value, headers=None,
+                                       timeout=self._timeout)
 
     async def create(self, key: str, value: bytes, *, ttl: float | None = None,
                      over: int | None = None) -> int:
@@ -182,8 +188,8 @@ class KV:
         with translated(f"kv update {self.bucket}/{key}"):
             if not nats.js.kv._is_key_valid(key):
                 raise nats.js.errors.InvalidKeyError(key)
-            ack = await self._js.publish(self._prefix + key, value, headers=headers)
-        return ack.seq
+            return await publish_acked(self._nc, self._prefix + key, value, headers=headers,
+                                       timeout=self._timeout)
 
     async def delete(self, key: str, *, last: int | None = None) -> int:
         """Delete (tombstone) the key; with ``last`` only if its revision is still ``last``.
@@ -196,8 +202,8 @@ class KV:
         with translated(f"kv delete {self.bucket}/{key}"):
             if not nats.js.kv._is_key_valid(key):
                 raise nats.js.errors.InvalidKeyError(key)
-            ack = await self._js.publish(self._prefix + key, b"", headers=headers)
-        return ack.seq
+            return await publish_acked(self._nc, self._prefix + key, b"", headers=headers,
+                                       timeout=self._timeout)
 
     async def purge(self, key: str) -> None:
         """Remove the key and all its history."""

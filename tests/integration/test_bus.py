@@ -21,6 +21,8 @@ from conftest import bus_settings
 from natsproc import NatsServerProcess
 
 from shared.bus import ANY, Bus, BusSettings, ConsumerOptions, Entry, NoResponders, QueryFailed
+from shared.bus.acked import publish_acked
+from shared.bus.errors import translated
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
 from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
 
@@ -808,3 +810,36 @@ async def test_a_snapshot_whose_reader_is_deleted_fails_instead_of_returning_les
     # asked for idle heartbeats, so it ends after two missed ones instead of its 30 s budget.
     assert refusals and all(r.startswith("kv snapshot inventory: ") for r in refusals), refusals
     assert len((await kv.snapshot()).entries) == total
+
+
+@pytest.mark.parametrize(("answer", "why"), [
+    (b"not json", "malformed publish ack"),
+    (b'{"stream": "GPUBUS"}', "malformed publish ack"),
+    (b'{"error": {"code": 503, "err_code": 10008, "description": "jetstream temporarily unavailable"}}',
+     "jetstream temporarily unavailable"),
+])
+async def test_an_answer_that_is_no_publish_ack_is_bus_unavailable(bus: Bus, answer: bytes, why: str) -> None:
+    """Publish acks are read by shared.bus.acked, not nats-py: an answer that is no ack, or an
+    error, is BusUnavailable naming it (as the bus's writes translate it), never a sequence."""
+    subject = f"gpubus.query.ack-{uuid.uuid4().hex[:8]}"  # no stream holds it: only the impostor answers
+
+    async def impostor(_: bytes) -> bytes:
+        return answer
+
+    service = await bus.serve(subject, impostor)
+    try:
+        await bus.nc.flush()
+        with pytest.raises(BusUnavailable, match=why), translated("write"):
+            await publish_acked(bus.nc, subject, b"v", headers=None, timeout=2.0)
+    finally:
+        await service.stop()
+
+
+async def test_a_publish_ack_gives_the_stream_sequence(bus: Bus) -> None:
+    kv = await bus.kv("locks")
+    key = f"ack-{uuid.uuid4().hex[:8]}"
+    first = await kv.put(key, b"1")
+    second = await kv.put(key, b"2")
+    assert second > first > 0
+    assert await kv.get(key) == Entry(b"2", second)
+    assert await kv.delete(key, last=second) > second

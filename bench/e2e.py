@@ -155,11 +155,12 @@ async def main(args: argparse.Namespace) -> None:
     # the stand-ins' Normal events (Scheduled, Started: two API writes a pod, ~0.75 ms of simulator
     # CPU) are off unless --normal-events; Warnings (FailedScheduling, admission errors) stay on
     events = () if args.normal_events else ("--no-normal-events",)
-    extra: dict[str, tuple[str, ...]] = {"nodes": ("--heartbeat", "30", "--monitor-interval", "5", *events),
-                                         "kube-scheduler": events}
+    # the node-agents (a process of their own) heartbeat every 30 s, the kubelets' monitor reads every 5 s
+    extra: dict[str, tuple[str, ...]] = {"nodes": ("--monitor-interval", "5", *events),
+                                         "agents": ("--heartbeat", "30"), "kube-scheduler": events}
     if args.profile:
         extra = {"nodes": (*extra["nodes"], "--profile", str(data / "nodes.prof")),
-                 "agents": ("--profile", str(data / "agents.prof")),
+                 "agents": (*extra["agents"], "--profile", str(data / "agents.prof")),
                  "control": ("--profile", str(data / "control.prof")),
                  "kube-scheduler": (*extra["kube-scheduler"], "--profile", str(data / "kube-scheduler.prof"))}
     spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,

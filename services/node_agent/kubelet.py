@@ -48,6 +48,8 @@ class PluginServer:
         self._metrics = metrics
         self._server: grpc.aio.Server | None = None
         self._socket = settings.plugin_socket
+        self._kubelet = settings.kubelet_socket
+        """Both paths built once: every agent looks at them every ``watch_interval_s``."""
         self._socket_inode: int | None = None
         self._kubelet_inode: int | None = None
         self.registrations = 0
@@ -66,7 +68,7 @@ class PluginServer:
 
     async def check(self) -> None:
         """One tick: re-serve if our socket vanished, re-register if the kubelet is new or we are not."""
-        kubelet = _inode(self._settings.kubelet_socket)
+        kubelet = _inode(self._kubelet)
         ours_gone = _inode(self._socket) != self._socket_inode
         if ours_gone:
             log.info("plugin socket %s is gone (kubelet restart?); serving again", self._socket)
@@ -96,7 +98,7 @@ class PluginServer:
         self._socket_inode = _inode(self._socket)
 
     async def _register(self) -> None:
-        kubelet = self._settings.kubelet_socket
+        kubelet = self._kubelet
         inode = _inode(kubelet)
         if inode is None:
             log.info("kubelet socket %s not there yet; will register when it appears", kubelet)

@@ -41,8 +41,8 @@ from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
 log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "gpubus-scheduler"
-#: Offsets from ``--port-base``: API server, webhook, extender, monitor /metrics.
-_OFFSETS = {"apiserver": 0, "webhook": 1, "scheduler": 2, "monitor": 3}
+#: Offsets from ``--port-base``: API server, webhook, extender, monitor /metrics, dashboard.
+_OFFSETS = {"apiserver": 0, "webhook": 1, "scheduler": 2, "monitor": 3, "dashboard": 4}
 DEFAULT_PORT_BASE = 17000
 MAX_PORT = 65535
 MAX_PORT_BASE = MAX_PORT - max(_OFFSETS.values())
@@ -66,7 +66,8 @@ class StackSpec:
     nats_port: int = DEFAULT_PORT
     """Port of the embedded NATS (0 = any free port)."""
     port_base: int = DEFAULT_PORT_BASE
-    """API server = base, webhook = base+1, extender = base+2, monitor = base+3; 0 = free ports."""
+    """API server = base, webhook = base+1, extender = base+2, monitor = base+3, dashboard = base+4;
+    0 = free ports."""
     split_count: int = 10
     pod_duration: str = "60s"
     """How long a simulated pod runs without the ``gpubus.io/sim-duration`` annotation."""
@@ -83,7 +84,7 @@ class StackSpec:
     python: str = sys.executable
     extra_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra command-line flags per child (``control``, ``kube-scheduler``, ``webhook``, ``scheduler``,
-    ``nodes``, ``agents``)."""
+    ``nodes``, ``agents``, ``dashboard``)."""
 
 
 NODES_ENV: Mapping[str, str] = {"GRPC_EXPERIMENTS": "-event_engine_client,-event_engine_listener"}
@@ -103,6 +104,7 @@ class Ports:
     webhook: int
     scheduler: int
     monitor: int
+    dashboard: int
 
     @classmethod
     def choose(cls, base: int) -> Ports:
@@ -272,6 +274,7 @@ class Stack:
                 "(/filter /bind /metrics; HAMi single-node filter)" if self.spec.single_node_filter
                 else "(/filter /prioritize /bind /metrics)"),
             "monitor metrics": f"http://127.0.0.1:{p.monitor}/metrics",
+            "dashboard": f"http://127.0.0.1:{p.dashboard}/",
             "logs": str(self.data_dir / "logs"),
             "pod logs": f"{self.pod_logs}  (kubectl logs)",
         }
@@ -420,4 +423,8 @@ class Stack:
             "--admissions-log", str(self.admissions_log), "--pod-log-dir", str(self.pod_logs),
             "--ready-file", str(run / "nodes.ready"), *extra.get("nodes", ())),
             logs / "nodes.log", _file_probe(run / "nodes.ready"), run / "nodes.ready", env=NODES_ENV)
-        return {c.name: c for c in (control, kube_scheduler, webhook, scheduler, nodes, *apart)}
+        dashboard = Child("dashboard", self._gpubus(
+            "dashboard", "--bind", "127.0.0.1", "--port", str(p.dashboard), "--nats", nats,
+            "--log-level", s.log_level, *extra.get("dashboard", ())),
+            logs / "dashboard.log", _http_probe(f"http://127.0.0.1:{p.dashboard}/healthz"))
+        return {c.name: c for c in (control, kube_scheduler, webhook, scheduler, nodes, *apart, dashboard)}

@@ -37,8 +37,12 @@ from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import decode_entry
 from shared.model import Allocation
 from shared.service import bound_port, on_stop_signals
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+RETRY_S = 1.0
+"""Between two looks for the stream and buckets while no other service has created them yet."""
 
 
 class Dashboard:
@@ -48,8 +52,8 @@ class Dashboard:
         self.settings = settings
         self.bus = bus
         self.clock = clock
-        self.timeline = Timeline(feed_size=settings.feed_size, checkpoints=settings.checkpoints,
-                                 checkpoint_interval_s=settings.checkpoint_interval_s)
+        self.timeline = self._fresh_timeline()
+        self.following: asyncio.Task[None] | None = None
         self.stats = DashboardStats()
         self.pulse = Pulse()
         self.follower = Follower(bus.js, self._on_raw)
@@ -75,17 +79,37 @@ class Dashboard:
         return dashboard
 
     async def _open(self) -> None:
-        now = self.clock()
-        await self._seed(now)
-        if await self.follower.start(now - self.settings.history_s):
-            self.timeline.mark_caught_up()
+        """Serve at once (``/readyz`` says 503 until the view has caught up), then follow the stream."""
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.settings.bind, self.settings.port)
         await site.start()
         self.port = bound_port(self.runner, default=self.settings.port)
         log.info("dashboard serving http://%s:%d", self.settings.bind, self.port)
+        self.following = asyncio.create_task(self._follow(), name="dashboard-follow")
+
+    async def _follow(self) -> None:
+        """Seed and subscribe once the schema exists (the other services create it; we may not)."""
+        while True:
+            try:
+                now = self.clock()
+                await self._seed(now)
+                if await self.follower.start(now - self.settings.history_s):
+                    self.timeline.mark_caught_up()
+                self.pulse.fire()
+                return
+            except BusUnavailable as e:
+                log.info("waiting for the gpubus stream and buckets: %s", e)
+                await self.follower.stop()
+                self.timeline = self._fresh_timeline()
+                await asyncio.sleep(RETRY_S)  # the schema is another service's to create: look again
+
+    def _fresh_timeline(self) -> Timeline:
+        return Timeline(feed_size=self.settings.feed_size, checkpoints=self.settings.checkpoints,
+                        checkpoint_interval_s=self.settings.checkpoint_interval_s)
 
     async def close(self) -> None:
+        if self.following is not None:
+            await cancel_and_wait(self.following)
         await self.follower.stop()
         await self.runner.cleanup()
 
@@ -198,9 +222,15 @@ async def run(settings: DashboardSettings, bus_settings: BusSettings) -> None:
     bus = await Bus.connect(bus_settings, source="dashboard")
     try:
         dashboard = await Dashboard.start(settings, bus)
-        try:
-            await stop.wait()
+        stopping = asyncio.create_task(stop.wait(), name="dashboard-stop")
+        try:  # until SIGTERM, or until following the stream fails for a reason other than NATS away
+            assert dashboard.following is not None
+            await asyncio.wait({stopping, dashboard.following}, return_when=asyncio.FIRST_COMPLETED)
+            if dashboard.following.done() and not dashboard.following.cancelled():
+                dashboard.following.result()  # raises what ended it; a clean end means it follows now
+            await stopping
         finally:
+            await cancel_and_wait(stopping)
             log.info("dashboard shutting down")
             await dashboard.close()
     finally:

@@ -24,7 +24,7 @@ from helmchart import ROOT
 COMPOSE = ROOT / "docker-compose.yml"
 #: compose service -> the ``gpubus`` command it runs (``gpubus up`` names its children the same way).
 GPUBUS_SERVICES = {"control": "sim-control", "kube-scheduler": "sim-kube-scheduler", "webhook": "webhook",
-                   "scheduler": "scheduler", "nodes": "sim-nodes"}
+                   "scheduler": "scheduler", "nodes": "sim-nodes", "dashboard": "dashboard"}
 #: Flags whose values differ on purpose: compose keeps ready files inside each container, and the
 #: pod logs on the state volume the API server and the nodes share (`gpubus up`: in /dev/shm).
 CONTAINER_LOCAL_FLAGS = {"--ready-file", "--pod-log-dir"}
@@ -81,7 +81,8 @@ def _gpubus_up_built(data_dir: Path) -> dict[str, Any]:
     spec = stack_module.StackSpec(data_dir=data_dir, nodes=4, devices="4xA100-80GB",
                                   nats_url="nats://nats:4222", port_base=17000, log_level="info")
     stack = stack_module.Stack(spec)
-    stack.ports = stack_module.Ports(apiserver=17000, webhook=17001, scheduler=17002, monitor=17003)
+    stack.ports = stack_module.Ports(apiserver=17000, webhook=17001, scheduler=17002, monitor=17003,
+                                         dashboard=17004)
     stack.tls = tls_module.ensure_webhook_tls(data_dir / "tls")
     # The one place that knows the children's flags and environment; compose must stay the same stack.
     return dict(stack._build_children())

@@ -42,8 +42,13 @@ def page(view: ClusterView, feed: Feed | None, path: str, query: Mapping[str, st
     if builder is None:
         raise NotFound(f"no page {path!r}")
     body = builder(_Ctx(view=view, feed=feed, parts=parts, query=query, now=now, options=options))
-    return {"path": path, "at": view.at, "seq": view.seq, "events": view.applied,
-            "undecodable": view.undecodable, **body}
+    return {"path": path, **body}
+
+
+def status(view: ClusterView) -> Json:
+    """Where the view stands in the stream: changes with every event, so it is pushed apart from
+    the page (which is pushed again only when its own content changed)."""
+    return {"at": view.at, "seq": view.seq, "events": view.applied, "undecodable": view.undecodable}
 
 
 def known(view: ClusterView, path: str) -> bool:

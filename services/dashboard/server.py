@@ -28,7 +28,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from services.dashboard.errors import BadQuery, NotFound, ReplayUnavailable
 from services.dashboard.metrics import DashboardStats
-from services.dashboard.pages import PageOptions, known, page
+from services.dashboard.pages import PageOptions, known, page, status
 from services.dashboard.timeline import Timeline
 from services.dashboard.view import ClusterView
 
@@ -158,7 +158,8 @@ def _page_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Response]
             body = _build(deps, view, path, _query(request), now=now, live=at is None)
         except Exception as e:
             return _failure(deps, e, as_json=True)
-        return web.Response(body=body, content_type="application/json")
+        where = orjson.dumps(status(view))
+        return web.Response(body=body[:-1] + b',"status":' + where + b"}", content_type="application/json")
 
     return handle
 
@@ -190,7 +191,8 @@ def _stream_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.StreamR
 
 async def _push_until_gone(deps: Deps, response: web.StreamResponse, path: str,
                            query: Mapping[str, str]) -> None:
-    sent = -1
+    """The page whenever its content changed, the view's place in the stream whenever that did."""
+    sent, last = -1, b""
     await response.write(b"retry: 2000\n\n")
     while True:
         waiter = deps.pulse.waiter()
@@ -198,13 +200,17 @@ async def _push_until_gone(deps: Deps, response: web.StreamResponse, path: str,
         if version == sent:
             await waiter.wait()
             continue
+        view = deps.source.timeline.view
         try:
-            body = _build(deps, deps.source.timeline.view, path, query, now=deps.clock(), live=True)
+            body = _build(deps, view, path, query, now=deps.clock(), live=True)
         except NotFound as e:  # the pod went away while its page was open
             await response.write(b"event: gone\ndata: " + orjson.dumps({"error": str(e)}) + b"\n\n")
             return
-        await response.write(b"event: page\ndata: " + body + b"\n\n")
-        deps.stats.pushes += 1
+        if body != last:  # a 1000-node cluster changes every few ms; most pages do not
+            await response.write(b"event: page\ndata: " + body + b"\n\n")
+            deps.stats.pushes += 1
+            last = body
+        await response.write(b"event: status\ndata: " + orjson.dumps(status(view)) + b"\n\n")
         sent = version
         await asyncio.sleep(deps.push_interval_s)  # coalesce: at most one push per interval
 

@@ -162,7 +162,7 @@ async def test_gpubus_up_prints_where_everything_is_and_stops_cleanly_on_ctrl_c(
             assert line, "gpubus up ended early:\n" + "".join(seen)
             seen.append(line)
     text = "".join(seen)
-    for what in ("NATS", "kubeconfig", "webhook", "extender", "monitor metrics", "gpubus tap",
+    for what in ("NATS", "kubeconfig", "webhook", "extender", "monitor metrics", "dashboard", "gpubus tap",
                  "HAMi single-node filter"):
         assert what in text, text
     proc.send_signal(signal.SIGINT)

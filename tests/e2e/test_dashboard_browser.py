@@ -110,8 +110,8 @@ async def test_a_pending_pod_shows_why_per_node(e2e: E2E, browser: Any) -> None:
         return dict(row.split("\t", 1) for row in rows[1:])
 
     async def matches_newest() -> bool:
-        newest = (await e2e.tap_replay())
-        reasons = [e["reasons"] for e in newest if e["kind"] == "pod.unschedulable" and e["name"] == "too-big"]
+        reasons = [e["reasons"] for e in await e2e.tap_replay()
+                   if e["kind"] == "pod.unschedulable" and e["name"] == "too-big"]
         return await shown() == reasons[-1]
     await wait_until(matches_newest, 30, what="the page shows the newest verdict's reasons")
     assert set(await shown()) == set(e2e.stack.node_names())

@@ -91,7 +91,7 @@ async def test_pages_pushes_404s_and_metrics(bus: Bus, reader: Bus) -> None:
             await bus.js.publish("gpubus.allocation.decided.n1", b"\xc1 not msgpack")
             await wait_until(lambda: dashboard.timeline.view.undecodable == 1, 10, what="undecodable counted")
             feed = orjson.loads((await get(session, f"{base}/api/page?path=/events&node=n1"))[1])
-            assert feed["entries"][0]["undecodable"] is True and feed["undecodable"] == 1
+            assert feed["entries"][0]["undecodable"] is True and feed["status"]["undecodable"] == 1
             await publish(bus, released("a", "n1", ts=now + 2))
             await wait_until(lambda: ("default", "a") not in dashboard.timeline.view.pods, 10, what="release")
 
@@ -137,10 +137,12 @@ async def _second_push(session: aiohttp.ClientSession, url: str, change: Any) ->
     """Open a live stream, make ``change`` after its first push, return the next push's page."""
     async with session.get(url) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
-        pages = 0
+        pages, kind = 0, b""
         async with asyncio.timeout(10):
             async for line in resp.content:
-                if not line.startswith(b"data: "):
+                if line.startswith(b"event: "):
+                    kind = line[len(b"event: "):].strip()
+                if not line.startswith(b"data: ") or kind != b"page":
                     continue
                 pages += 1
                 if pages == 1:

@@ -184,9 +184,12 @@ function summary(reasons) {
 function render(d) {
   const draw = pages[d.page];
   main.innerHTML = draw ? draw(d) : `<p>Unknown page ${esc(d.page)}</p>`;
-  main.dataset.seq = d.seq;
-  const moment = d.live ? `live · ${d.events} events` : `as at ${when(Number(at))}`;
-  setStatus(d.undecodable ? `${moment} · ${d.undecodable} undecodable` : moment, d.live ? "live" : "past");
+}
+
+function showStatus(s, live) {
+  main.dataset.seq = s.seq;
+  const moment = live ? `live · ${s.events} events` : `as at ${when(Number(at))}`;
+  setStatus(s.undecodable ? `${moment} · ${s.undecodable} undecodable` : moment, live ? "live" : "past");
 }
 
 // ---- data -----------------------------------------------------------------------------------
@@ -197,6 +200,7 @@ query.set("path", path);
 function follow() {
   const source = new EventSource(`/api/stream?${query}`);
   source.addEventListener("page", (m) => render(JSON.parse(m.data)));
+  source.addEventListener("status", (m) => showStatus(JSON.parse(m.data), true));
   source.addEventListener("gone", (m) => {
     main.innerHTML = `<h1>Gone</h1><p>${esc(JSON.parse(m.data).error)}</p>`;
     setStatus("gone", "down");
@@ -215,6 +219,7 @@ async function once() {
     return;
   }
   render(d);
+  showStatus(d.status, false);
 }
 
 // ---- time travel ----------------------------------------------------------------------------

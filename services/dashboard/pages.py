@@ -101,12 +101,12 @@ def _overview(c: _Ctx) -> Json:
             "cores": {"total": sum(s.device.devcore for s in cards),
                       "allocated": sum(s.cores_alloc for s in cards)},
             "slices": {"total": sum(s.device.count for s in cards),
-                       "allocated": sum(len(s.slices) for s in cards)},
+                       "allocated": sum(s.count for s in cards)},
             "pods": phases,
-            "busiest": [_card_row(s) for s in heapq.nlargest(TOP, (s for s in cards if s.slices),
+            "busiest": [_card_row(s) for s in heapq.nlargest(TOP, (s for s in cards if s.count),
                                                              key=lambda s: (s.busy, s.mem_alloc))],
             "fragmented": [_card_row(s) for s in heapq.nlargest(TOP, (s for s in cards if s.stranded > 0),
-                                                                key=lambda s: (s.stranded, len(s.slices)))]}
+                                                                key=lambda s: (s.stranded, s.count))]}
 
 
 def _nodes(c: _Ctx) -> Json:
@@ -176,7 +176,7 @@ def _card(s: CardStats) -> Json:
 def _card_row(s: CardStats) -> Json:
     return {"uuid": s.device.id, "node": s.node, "type": s.device.type, "busy": round(s.busy, 3),
             "stranded": round(s.stranded, 3), "devmem": s.device.devmem, "mem_alloc": s.mem_alloc,
-            "cores_alloc": s.cores_alloc, "pods": len(s.slices)}
+            "cores_alloc": s.cores_alloc, "pods": s.count}
 
 
 def _slice(x: SliceView) -> Json:

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 PAGE_PATHS = ("/", "/nodes", "/nodes/{name}", "/cards/{uuid}", "/pods", "/pods/{namespace}/{name}", "/events")
 _CACHE_LIMIT = 256
+PageKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 class Source(Protocol):
@@ -73,7 +74,8 @@ class Deps:
     max_streams: int
     clock: Callable[[], float] = time.time
     streams: int = 0
-    cache: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, bytes]] = field(default_factory=dict)
+    cache: dict[PageKey, tuple[int, float, bytes]] = field(default_factory=dict)
+    """(path, query) -> (view version, monotonic time built, JSON) of live pages."""
 
 
 def build_app(deps: Deps) -> web.Application:
@@ -131,20 +133,22 @@ def _query(request: web.Request) -> dict[str, str]:
 
 def _build(deps: Deps, view: ClusterView, path: str, query: Mapping[str, str], *, now: float,
            live: bool) -> bytes:
-    """The page's JSON, from the cache while the live view has not changed."""
+    """The page's JSON, from the cache while the live view has not changed or was built less than
+    ``push_interval_s`` ago: a busy cluster changes every few ms, and however many browsers look,
+    each page is built at most once per interval."""
     key = (path, tuple(sorted(query.items())))
     version = deps.source.timeline.version
     if live:
         hit = deps.cache.get(key)
-        if hit is not None and hit[0] == version:
-            return hit[1]
+        if hit is not None and (hit[0] == version or time.monotonic() - hit[1] < deps.push_interval_s):
+            return hit[2]
     feed = deps.source.timeline.feed if live else None
     body = orjson.dumps({**page(view, feed, path, query, now=now, options=deps.options), "live": live})
     deps.stats.pages += 1
     if live:
         if len(deps.cache) >= _CACHE_LIMIT:
             deps.cache.clear()
-        deps.cache[key] = (version, body)
+        deps.cache[key] = (version, time.monotonic(), body)
     return body
 
 

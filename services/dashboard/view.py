@@ -110,6 +110,11 @@ class ClusterView:
     by_uid: dict[str, PodKey] = field(default_factory=dict)
     on_card: dict[str, frozenset[str]] = field(default_factory=dict)
     """Card UUID -> UIDs of the placed pods holding a slice of it."""
+    given: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """Card UUID -> (MiB, cores, slices) given out, kept as pods come and go (the overview reads
+    8000 cards from here instead of walking every pod)."""
+    used: dict[str, int] = field(default_factory=dict)
+    """Card UUID -> bytes its pods use, by their newest usage samples."""
     health: dict[str, tuple[bool, str]] = field(default_factory=dict)
     """Card UUID -> (healthy, reason) from ``device.health``, newer than the inventory's flag."""
     usage: dict[str, Mapping[tuple[str, str], int]] = field(default_factory=dict)
@@ -128,7 +133,7 @@ class ClusterView:
     def copy(self) -> ClusterView:
         """A checkpoint: later folds into either leave the other as it was."""
         return ClusterView(nodes=dict(self.nodes), pods=dict(self.pods), by_uid=dict(self.by_uid),
-                           on_card=dict(self.on_card),
+                           on_card=dict(self.on_card), given=dict(self.given), used=dict(self.used),
                            health=dict(self.health), usage=dict(self.usage), over_limit=dict(self.over_limit),
                            history=dict(self.history), series=dict(self.series), seq=self.seq, at=self.at,
                            applied=self.applied, undecodable=self.undecodable)
@@ -222,6 +227,7 @@ class ClusterView:
         self.by_uid[a.pod_uid] = key
         for uuid in {u for u, _, _ in _cards_of(a)}:
             self.on_card[uuid] = self.on_card.get(uuid, frozenset()) | {a.pod_uid}
+        self._give(a, 1)
 
     def _applied(self, e: AllocationApplied) -> None:
         pod = self._pod(e.pod_uid, e.namespace, e.name)
@@ -277,14 +283,25 @@ class ClusterView:
             self.by_uid.pop(pod.uid, None)
             self.usage.pop(pod.uid, None)
             self.over_limit.pop(pod.uid, None)
+            if pod.allocation is not None:
+                for uuid in {u for u, _, _ in _cards_of(pod.allocation)} & self.used.keys():
+                    self.used[uuid] = used_bytes_on(self, uuid)
 
     def _unindex(self, uid: str, a: Allocation) -> None:
+        self._give(a, -1)
         for uuid in {u for u, _, _ in _cards_of(a)}:
             left = self.on_card.get(uuid, frozenset()) - {uid}
             if left:
                 self.on_card[uuid] = left
             else:
                 self.on_card.pop(uuid, None)
+                self.given.pop(uuid, None)
+                self.used.pop(uuid, None)
+
+    def _give(self, a: Allocation, sign: int) -> None:
+        for uuid, mem, cores in _cards_of(a):
+            m, c, n = self.given.get(uuid, (0, 0, 0))
+            self.given[uuid] = (m + sign * mem, c + sign * cores, n + sign)
 
     def _note(self, uuid: str, ts: float, kind: str, text: str) -> None:
         self.history[uuid] = (*self.history.get(uuid, ())[-(CARD_HISTORY - 1):], CardEvent(ts=ts, kind=kind,
@@ -295,8 +312,11 @@ class ClusterView:
             self._note(d.id, ts, kind, text)
 
     def _point(self, uuid: str, ts: float) -> None:
-        used = used_bytes_on(self, uuid) >> 20
-        self.series[uuid] = (*self.series.get(uuid, ())[-(CARD_SERIES - 1):], UsedPoint(ts=ts, used_mib=used))
+        used = used_bytes_on(self, uuid)
+        if used or uuid in self.used:
+            self.used[uuid] = used
+        point = UsedPoint(ts=ts, used_mib=used >> 20)
+        self.series[uuid] = (*self.series.get(uuid, ())[-(CARD_SERIES - 1):], point)
 
 
 def used_bytes_on(view: ClusterView, uuid: str) -> int:

@@ -31,6 +31,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "cert-manager-and-servicemonitors": {"webhook": {"tls": {"certManager": {"enabled": True}}},
                                          "serviceMonitor": {"enabled": True}},
     "hami-migration": {"global": {"schedulerName": "hami-scheduler"}},
+    "dashboard-ingress": {"dashboard": {"ingress": {"enabled": True, "className": "nginx",
+                                                    "host": "gpus.example.com"}}},
     "external-nats": {"nats": {"enabled": False}, "global": {"nats": {"url": "nats://nats.infra:4222"}},
                       "natsAuth": {"existingSecret": "my-nats-users"}},
 }

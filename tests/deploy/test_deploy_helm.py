@@ -103,7 +103,7 @@ def _gpubus_commands(docs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return found
 
 
-@pytest.mark.parametrize("service", ["scheduler", "webhook", "node-agent", "monitor"])
+@pytest.mark.parametrize("service", ["scheduler", "webhook", "node-agent", "monitor", "dashboard"])
 def test_every_rendered_command_line_parses_with_the_real_cli(service: str) -> None:
     """Each value set's flags for ``service`` are accepted by ``gpubus <service>``."""
     command_lines = [flags for value_set in VALUE_SETS
@@ -280,7 +280,8 @@ def test_only_node_containers_run_as_root() -> None:
     docs = documents({})
     daemonset = find(docs, "DaemonSet", "gpubus-node")
     assert _container(daemonset, "node-agent")["securityContext"]["runAsUser"] == 0
-    restricted = (("scheduler", "scheduler"), ("scheduler", "kube-scheduler"), ("webhook", "webhook"))
+    restricted = (("scheduler", "scheduler"), ("scheduler", "kube-scheduler"), ("webhook", "webhook"),
+                  ("dashboard", "dashboard"))
     for name, container in restricted:
         context = _container(find(docs, "Deployment", f"gpubus-{name}"), container)["securityContext"]
         assert context["runAsNonRoot"] is True and context["allowPrivilegeEscalation"] is False
@@ -291,9 +292,9 @@ def test_only_node_containers_run_as_root() -> None:
 def test_each_service_has_its_own_service_account() -> None:
     docs = documents({})
     accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
-    assert accounts == {"gpubus-scheduler", "gpubus-webhook", "gpubus-node"}
+    assert accounts == {"gpubus-scheduler", "gpubus-webhook", "gpubus-node", "gpubus-dashboard"}
     for kind, name in (("Deployment", "gpubus-scheduler"), ("Deployment", "gpubus-webhook"),
-                       ("DaemonSet", "gpubus-node")):
+                       ("DaemonSet", "gpubus-node"), ("Deployment", "gpubus-dashboard")):
         assert find(docs, kind, name)["spec"]["template"]["spec"]["serviceAccountName"] == name
 
 
@@ -344,7 +345,8 @@ def test_every_service_connects_as_its_own_nats_user_with_a_password_from_the_se
     workloads = {("Deployment", "gpubus-scheduler", "scheduler"): "scheduler",
                  ("Deployment", "gpubus-webhook", "webhook"): "webhook",
                  ("DaemonSet", "gpubus-node", "node-agent"): "node-agent",
-                 ("DaemonSet", "gpubus-node", "monitor"): "monitor"}
+                 ("DaemonSet", "gpubus-node", "monitor"): "monitor",
+                 ("Deployment", "gpubus-dashboard", "dashboard"): "dashboard"}
     for (kind, name, container), user in workloads.items():
         env = {e["name"]: e for e in _container(find(docs, kind, name), container)["env"]}
         assert env["GPUBUS_BUS_URL"]["value"] == f"nats://gpubus-nats.{NAMESPACE}.svc:4222"
@@ -398,3 +400,34 @@ def test_service_monitors_scrape_scheduler_and_every_node_monitor() -> None:
     assert find(docs, "Service", "gpubus-monitor")["spec"]["clusterIP"] == "None"
     assert not [d for d in documents({}) if d["kind"] == "ServiceMonitor"]
 
+
+
+# -- dashboard ------------------------------------------------------------------------------
+
+def test_dashboard_is_served_with_probes_and_no_kubernetes_credentials() -> None:
+    docs = documents({})
+    deployment = find(docs, "Deployment", "gpubus-dashboard")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert not [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                and d["subjects"][0]["name"] == "gpubus-dashboard"]
+    container = _container(deployment, "dashboard")
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "--kubeconfig" not in " ".join(container["args"]) and "--in-cluster" not in container["args"]
+    service = find(docs, "Service", "gpubus-dashboard")
+    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
+    assert not [d for d in docs if d["kind"] == "Ingress"]
+
+
+def test_dashboard_ingress_routes_its_host_to_the_service() -> None:
+    ingress = find(documents(VALUE_SETS["dashboard-ingress"]), "Ingress", "gpubus-dashboard")
+    rule = ingress["spec"]["rules"][0]
+    assert ingress["spec"]["ingressClassName"] == "nginx" and rule["host"] == "gpus.example.com"
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "gpubus-dashboard", "port": {"name": "http"}}
+
+
+def test_dashboard_can_be_left_out() -> None:
+    docs = documents({"dashboard": {"enabled": False}})
+    assert not [d for d in docs if d["metadata"]["name"] == "gpubus-dashboard"]

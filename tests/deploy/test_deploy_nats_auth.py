@@ -20,13 +20,19 @@ from typing import Any
 import nats
 import pytest
 import pytest_asyncio
+from asyncwait import wait_until
 from helmchart import ROOT, chart_values
 from natsproc import free_port, nats_server_binary, wait_until_serving
 
+from services.dashboard.app import Dashboard
+from services.dashboard.settings import DashboardSettings
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings
+from shared.events import Inventory
+from shared.inventory_entries import encode_inventory
+from shared.model import DeviceInfo, DeviceUUID
 
 EXAMPLE_CONF = ROOT / "deploy" / "nats" / "nats-server.conf"
-ROLES = ("scheduler", "webhook", "node-agent", "monitor", "tap")
+ROLES = ("scheduler", "webhook", "node-agent", "monitor", "tap", "dashboard")
 PASSWORD_ENV = {role: f"GPUBUS_NATS_{role.upper().replace('-', '_')}_PASSWORD" for role in ROLES}
 
 
@@ -242,6 +248,28 @@ async def test_tap_reads_everything_and_writes_nothing(connect: Any, server: Con
     for subject in ("gpubus.pod.admitted._", "gpubus.allocation.decided.n", "$KV.locks.x",
                     "$JS.API.STREAM.DELETE.GPUBUS"):
         assert await _refused(server, "tap", subject), subject
+
+
+async def test_dashboard_serves_its_view_and_can_write_nothing(connect: Any,
+                                                               server: ConfiguredServer) -> None:
+    writer = await connect("node-agent")
+    await writer.ensure_schema()
+    snapshot = Inventory(node="node-dash", devices=(DeviceInfo(id=DeviceUUID("GPU-dash"), type="NVIDIA-A100",
+                                                               devmem=81920),))
+    await (await writer.kv(INVENTORY)).put("node-dash", encode_inventory(snapshot))
+    await writer.publish(snapshot)
+    reader = await connect("dashboard")
+    dashboard = await Dashboard.start(DashboardSettings(bind="127.0.0.1", port=0), reader)
+    try:  # the seed (KV), the live follower (stream) and stream info all pass the user's permissions
+        await wait_until(dashboard.ready, 10, what="the dashboard caught up")
+        assert "node-dash" in dashboard.timeline.view.nodes
+        assert (await dashboard.bounds())[0] > 0
+    finally:
+        await dashboard.close()
+    for subject in ("gpubus.pod.admitted._", "gpubus.allocation.decided.n", "$KV.inventory.node-dash",
+                    "$KV.allocations.x", "gpubus.query.scheduler.bind", "$JS.API.STREAM.DELETE.GPUBUS",
+                    "$JS.API.CONSUMER.DURABLE.CREATE.GPUBUS.x", "$JS.ACK.GPUBUS.x"):
+        assert await _refused(server, "dashboard", subject), subject
 
 
 async def _ignore(event: Any) -> None:

@@ -11,7 +11,7 @@ const path = location.pathname;
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;", "'": "&#39;"}[c]));
 const pct = (part, whole) => (whole > 0 ? Math.min(100, (100 * part) / whole) : 0);
-const mib = (n) => (n >= 10240 ? `${(n / 1024).toFixed(1)} GiB` : `${n} MiB`);
+const mib = (n) => (n >= 1024 ? `${(n / 1024).toFixed(1)} GiB` : `${n} MiB`);
 const when = (ts) => (ts ? new Date(ts * 1000).toLocaleString() : "-");
 const enc = encodeURIComponent;
 
@@ -53,8 +53,10 @@ function cardBox(card) {
     <div class="meta"><a href="${href(`/cards/${enc(card.uuid)}`)}">#${card.index} ${esc(card.type)}</a>
     <span>NUMA ${card.numa} ${health(card)}</span></div>
     ${bar(card, false)}
-    <div class="meta"><span>${mib(card.mem_alloc)}/${mib(card.devmem)} · ${card.cores_alloc}%/${card.devcore}%
-    · ${card.slices.length}/${card.count} slices</span><span>${mib(card.used)} used</span></div></div>`;
+    <div class="meta" title="${mib(card.mem_alloc)} of ${mib(card.devmem)} given, ${mib(card.used)} used;
+    ${card.cores_alloc}% of ${card.devcore}% cores; ${card.slices.length} of ${card.count} slices">
+    <span>${mib(card.mem_alloc)} given · ${mib(card.used)} used</span>
+    <span>${card.cores_alloc}% · ${card.slices.length}/${card.count}</span></div></div>`;
 }
 
 function nodeBox(node) {

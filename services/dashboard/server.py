@@ -184,8 +184,8 @@ def _stream_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.StreamR
         deps.streams += 1
         try:
             await _push_until_gone(deps, response, path, query)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the browser went away
         finally:
             deps.streams -= 1
         return response

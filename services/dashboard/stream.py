@@ -48,14 +48,15 @@ def _empty(info: api.ConsumerInfo) -> bool:
 
 class Follower:
     """The live consumer: every message from ``start`` on, in order, to ``on_raw``; gapless across
-    reconnects (nats-py re-creates an ordered consumer from the last sequence it delivered)."""
+    reconnects and server restarts (nats-py re-creates an ordered consumer from the last sequence it
+    delivered once two idle heartbeats are missed; :func:`shared.bus.ordered.prepare` keeps that
+    re-creation from being refused for its start time)."""
 
     def __init__(self, js: JetStreamContext, on_raw: RawSink) -> None:
         self._js = js
         self._on_raw = on_raw
         self._sub: JetStreamContext.PushSubscription | None = None
         self._last_seq = 0
-        self._resuming: asyncio.Task[None] | None = None
         self.handler_errors = 0
 
     async def start(self, start: float) -> bool:
@@ -81,17 +82,7 @@ class Follower:
             self.handler_errors += 1
             log.exception("dashboard: folding message %d (%s) failed", raw.seq, raw.subject)
 
-    def resume(self) -> None:
-        """After a reconnect: continue at once on a fresh consumer (see :mod:`shared.bus.ordered`)."""
-        if self._sub is None or (self._resuming is not None and not self._resuming.done()):
-            return
-        self._resuming = asyncio.create_task(ordered.resume(self._sub, self._last_seq, "dashboard follower"),
-                                             name="dashboard-follower-resume")
-
     async def stop(self) -> None:
-        if self._resuming is not None:
-            self._resuming.cancel()
-            await asyncio.gather(self._resuming, return_exceptions=True)
         sub, self._sub = self._sub, None
         if sub is not None:
             try:

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 PAGE_PATHS = ("/", "/nodes", "/nodes/{name}", "/cards/{uuid}", "/pods", "/pods/{namespace}/{name}", "/events")
 _CACHE_LIMIT = 256
+BUILD_SHARE = 4.0
+"""A page is rebuilt no sooner than this many times its build time after the last build."""
 PageKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
@@ -74,8 +76,23 @@ class Deps:
     max_streams: int
     clock: Callable[[], float] = time.time
     streams: int = 0
-    cache: dict[PageKey, tuple[int, float, bytes]] = field(default_factory=dict)
-    """(path, query) -> (view version, monotonic time built, JSON) of live pages."""
+    cache: dict[PageKey, _Built] = field(default_factory=dict)
+    """Live pages as last built, by (path, query)."""
+
+    def fresh_for(self, built: _Built) -> float:
+        """How long a built page is served as is: the push interval, or four times what it took to
+        build, whichever is longer, so no page (8000 cards in an overview) takes more than a fifth
+        of the loop however busy the stream and however many browsers look."""
+        return max(self.push_interval_s, BUILD_SHARE * built.took_s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Built:
+    version: int
+    at: float
+    """time.monotonic() when built."""
+    took_s: float
+    body: bytes
 
 
 def build_app(deps: Deps) -> web.Application:
@@ -133,22 +150,24 @@ def _query(request: web.Request) -> dict[str, str]:
 
 def _build(deps: Deps, view: ClusterView, path: str, query: Mapping[str, str], *, now: float,
            live: bool) -> bytes:
-    """The page's JSON, from the cache while the live view has not changed or was built less than
-    ``push_interval_s`` ago: a busy cluster changes every few ms, and however many browsers look,
-    each page is built at most once per interval."""
+    """The page's JSON, from the cache while the live view has not changed or the page is still
+    fresh (:meth:`Deps.fresh_for`): a busy cluster changes every few ms, and however many browsers
+    look, each page is built at most once per interval."""
     key = (path, tuple(sorted(query.items())))
     version = deps.source.timeline.version
     if live:
         hit = deps.cache.get(key)
-        if hit is not None and (hit[0] == version or time.monotonic() - hit[1] < deps.push_interval_s):
-            return hit[2]
+        if hit is not None and (hit.version == version or time.monotonic() - hit.at < deps.fresh_for(hit)):
+            return hit.body
     feed = deps.source.timeline.feed if live else None
+    started = time.monotonic()
     body = orjson.dumps({**page(view, feed, path, query, now=now, options=deps.options), "live": live})
     deps.stats.pages += 1
     if live:
         if len(deps.cache) >= _CACHE_LIMIT:
             deps.cache.clear()
-        deps.cache[key] = (version, time.monotonic(), body)
+        deps.cache[key] = _Built(version=version, at=time.monotonic(), took_s=time.monotonic() - started,
+                                 body=body)
     return body
 
 
@@ -216,7 +235,9 @@ async def _push_until_gone(deps: Deps, response: web.StreamResponse, path: str,
             last = body
         await response.write(b"event: status\ndata: " + orjson.dumps(status(view)) + b"\n\n")
         sent = version
-        await asyncio.sleep(deps.push_interval_s)  # coalesce: at most one push per interval
+        built = deps.cache.get((path, tuple(sorted(query.items()))))
+        # coalesce: at most one push per interval (longer for a page that is slow to build)
+        await asyncio.sleep(deps.push_interval_s if built is None else deps.fresh_for(built))
 
 
 def _shell_handler(deps: Deps, shell: bytes) -> Callable[[web.Request], Awaitable[web.Response]]:

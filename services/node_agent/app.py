@@ -57,7 +57,7 @@ from shared.inventory_entries import encode_inventory
 from shared.kube import KubeApi
 from shared.kube_config import kube_client
 from shared.ledger_entries import decode_entry
-from shared.model import Allocation, DeviceUUID, PodUID
+from shared.model import Allocation, DeviceMode, DeviceUUID, PodUID
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +233,10 @@ class NodeAgent:
                 self.metrics.bad_requests.labels(method="allocations_kv").inc()
                 log.warning("allocations/%s skipped: %s", key, e)
         log.info("rebuilt %d pending decisions for %s from KV", self.handoff.rebuild(allocations), self.node)
+        mig = [d.id for d in self.advertised.snapshot.devices if d.mode == DeviceMode.MIG]
+        if mig:
+            mine = [a for a in allocations if a.node == self.node]
+            await self.handoff.recover_mig(mig, mine, destroy=len(allocations) == len(entries))
 
     async def _reconcile_with_kubelet(self) -> None:
         if self.pod_resources is None or not len(self.handoff.table):

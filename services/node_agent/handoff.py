@@ -40,7 +40,7 @@ from services.node_agent.errors import (
     NoDecision,
 )
 from services.node_agent.metrics import NodeAgentMetrics
-from services.node_agent.mig import MigInstances, MigPort
+from services.node_agent.mig import MigError, MigInstances, MigPort
 from services.node_agent.pending import (
     Completed,
     PendingTable,
@@ -141,6 +141,19 @@ class Handoff:
         """The pod's allocation is released (finished, deleted or failed): destroy its MIG instances."""
         if await self.mig.release(pod_uid):
             log.info("MIG instances of pod %s destroyed", pod_uid)
+
+    async def recover_mig(
+        self, cards: Sequence[DeviceUUID], allocations: Sequence[Allocation], *, destroy: bool
+    ) -> None:
+        """After a restart: keep the MIG instances the ledger reserves, destroy the others (only when
+        the whole ledger could be read: an unread entry may hold a running pod's instance)."""
+        try:
+            adopted, destroyed = await self.mig.recover(cards, allocations, destroy=destroy)
+        except MigError as e:
+            log.warning("MIG instances not recovered: %s", e)
+            return
+        if adopted or destroyed:
+            log.info("MIG instances after the restart: %d adopted, %d destroyed", adopted, destroyed)
 
     def rebuild(self, allocations: Iterable[Allocation]) -> int:
         added = [a for a in allocations if self._acceptable(a, "allocations_kv") and self.table.add(a)]

@@ -19,7 +19,15 @@ from typing import Protocol, runtime_checkable
 
 from services.node_agent.discovery import GiProfileInfo
 from services.node_agent.errors import AllocateFailed
-from shared.model import ContainerDevice, DeviceUUID, MigPlacement, MigProfile, PodUID
+from shared.model import (
+    Allocation,
+    AllocationState,
+    ContainerDevice,
+    DeviceUUID,
+    MigPlacement,
+    MigProfile,
+    PodUID,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +130,32 @@ class MigPort(Protocol):
 
     async def destroy_instance(self, instance: MigInstance) -> None: ...
 
+    async def live_instances(self, gpu: DeviceUUID) -> tuple[MigInstance, ...]:
+        """Every GPU instance the card holds now (``profile`` may be only its slice key, ``1g``)."""
+        ...
+
+
+def claim_live(
+    live: Sequence[MigInstance], allocations: Iterable[Allocation]
+) -> tuple[dict[PodUID, dict[tuple[str, int], MigInstance]], tuple[MigInstance, ...]]:
+    """Live instances matched to the ledger's reservations (same card, placement and slices), per
+    pod and (container, card); and the rest, which no pod holds (HAMi ``ReconcileActiveAllocations``)."""
+    free = list(live)
+    held: dict[PodUID, dict[tuple[str, int], MigInstance]] = {}
+    for a in allocations:
+        if a.state is AllocationState.FAILED:
+            continue
+        for name, slot in zip(a.containers, a.devices, strict=False):
+            for k, d in enumerate(slot):
+                if d.mig is None:
+                    continue
+                want = (d.uuid, d.mig.placement, slice_key(d.mig.profile))
+                match = next((i for i in free if (i.gpu, i.placement, slice_key(i.profile)) == want), None)
+                if match is not None:
+                    free.remove(match)
+                    held.setdefault(a.pod_uid, {})[name, k] = match
+    return held, tuple(free)
+
 
 class MigInstances:
     """The instances this node created for pods: created at Allocate, destroyed at release."""
@@ -179,6 +213,22 @@ class MigInstances:
             d.uuid,
         )
         return instance
+
+    async def recover(
+        self, cards: Sequence[DeviceUUID], allocations: Iterable[Allocation], *, destroy: bool
+    ) -> tuple[int, int]:
+        """After a restart: adopt the live instances the ledger reserves and, when ``destroy`` (the
+        whole ledger was read), destroy the others; (adopted, destroyed)."""
+        if self._port is None:
+            return 0, 0
+        live = [i for gpu in cards for i in await self._port.live_instances(gpu)]
+        held, orphans = claim_live(live, allocations)
+        for pod, instances in held.items():
+            self._by_pod.setdefault(pod, {}).update(instances)
+        if destroy:
+            for instance in orphans:
+                await self._destroy(instance)
+        return sum(len(v) for v in held.values()), len(orphans) if destroy else 0
 
     async def release(self, pod_uid: PodUID) -> int:
         """Destroy every instance the pod holds; how many were destroyed."""

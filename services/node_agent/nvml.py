@@ -122,6 +122,12 @@ class NvmlSource:
         except pynvml.NVMLError as e:
             raise MigError(f"destroy MIG {instance.mig_uuid} on {instance.gpu}: {e}") from e
 
+    async def live_instances(self, gpu: DeviceUUID) -> tuple[MigInstance, ...]:
+        try:
+            return await asyncio.to_thread(_live_instances, gpu)
+        except pynvml.NVMLError as e:
+            raise MigError(f"list MIG instances on {gpu}: {e}") from e
+
     async def health_changes(self) -> AsyncIterator[HealthChange]:
         if not self._policy.enabled:
             log.info("XID health checks are disabled (DP_DISABLE_HEALTHCHECKS)")
@@ -296,3 +302,50 @@ def _destroy_instance(instance: MigInstance) -> None:
         ci = pynvml.nvmlGpuInstanceGetComputeInstanceById(gi, instance.compute_instance_id)
         pynvml.nvmlComputeInstanceDestroy(ci)
     pynvml.nvmlGpuInstanceDestroy(gi)
+
+
+def _live_instances(gpu: DeviceUUID) -> tuple[MigInstance, ...]:
+    """Every GPU instance on the card, with its first compute instance (HAMi ``AdoptAllocation``)."""
+    handle = pynvml.nvmlDeviceGetHandleByUUID(gpu)
+    out: list[MigInstance] = []
+    for key, profile in _GI_PROFILES.items():
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+        except pynvml.NVMLError:
+            continue
+        count = ctypes.c_uint(0)
+        array = (pynvml.c_nvmlGpuInstance_t * max(int(info.instanceCount), 1))()
+        pynvml.nvmlDeviceGetGpuInstances(handle, info.id, array, ctypes.byref(count))
+        for gi in array[: count.value]:
+            gi_info = pynvml.nvmlGpuInstanceGetInfo(gi)
+            gi_id = int(gi_info.id)
+            try:
+                mig_uuid = _mig_uuid(handle, gi_id)
+            except MigError:
+                mig_uuid = ""  # a GPU instance without a compute instance has no MIG device
+            out.append(
+                MigInstance(
+                    gpu=gpu,
+                    profile=key,
+                    placement=MigPlacement(
+                        start=int(gi_info.placement.start), size=int(gi_info.placement.size)
+                    ),
+                    mig_uuid=mig_uuid,
+                    gpu_instance_id=gi_id,
+                    compute_instance_id=_first_compute_instance(gi, key),
+                )
+            )
+    return tuple(out)
+
+
+def _first_compute_instance(gi: Any, key: str) -> int:
+    try:
+        profile = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi, _CI_PROFILES[key], pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+        )
+        count = ctypes.c_uint(0)
+        array = (pynvml.c_nvmlComputeInstance_t * max(int(profile.instanceCount), 1))()
+        pynvml.nvmlGpuInstanceGetComputeInstances(gi, profile.id, array, ctypes.byref(count))
+        return int(pynvml.nvmlComputeInstanceGetInfo(array[0]).id) if count.value else 0
+    except pynvml.NVMLError:
+        return 0

@@ -236,6 +236,9 @@ class SimulatedSource:
         live.append(instance)
         return instance
 
+    async def live_instances(self, gpu: DeviceUUID) -> tuple[MigInstance, ...]:
+        return self.instances(gpu)
+
     async def destroy_instance(self, instance: MigInstance) -> None:
         live = self._instances.get(instance.gpu, [])
         if instance in live:  # an instance already gone counts as destroyed, as HAMi has it

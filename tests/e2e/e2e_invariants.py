@@ -124,8 +124,10 @@ def check(facts: Facts, *, allow_failed: frozenset[str] = frozenset(),
         elif phase == "Failed" and meta["name"] not in allow_failed:
             problems.append(f"{name} Failed: {status.get('reason')}: {status.get('message')}")
     if facts.ledger != live:
+        names = {p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                 for p in facts.pods}
         problems.append(f"ledger != live pods: extra {sorted(facts.ledger - live)[:5]}, "
-                        f"missing {sorted(live - facts.ledger)[:5]}")
+                        f"missing {sorted(names.get(u, u) for u in live - facts.ledger)[:5]}")
     stuck = sorted(k for k in facts.locks if k.startswith("alloc."))
     if stuck:
         problems.append(f"Allocate leases left behind: {stuck[:5]}")

@@ -3,7 +3,8 @@
 HAMi v2.10 ``plugin/server.go`` and ``plugin/util.go``: Allocate creates the instance the scheduler
 reserved (profile and placement) and hands the container its MIG UUID; ``migmgr.go``: the instance
 is destroyed when the pod goes. Cases: one instance per card, two on one card for one container,
-the release destroying them, an illegal placement failing the pod with nothing left behind.
+the release destroying them, an illegal placement failing the pod with nothing left behind, a
+restarted agent adopting the instances the ledger reserves and destroying the others.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from asyncwait import wait_until
 from test_node_agent_rig import Rig
 
+from services.node_agent.app import NodeAgent
 from services.node_agent.simulated import SimulatedSource
 from services.sim.kubelet import AdmissionError
 from shared.bus import Bus
@@ -92,3 +94,21 @@ async def test_an_illegal_placement_fails_the_pod_and_leaves_no_instance(bus: Bu
         await wait_until(lambda: len(r.of(AllocationFailed)) == 1, what="allocation.failed")
         assert source(r).instances(r.gpus[0]) == ()
         assert r.metric("gpubus_node_agent_allocations_total", outcome="failed") == 1
+
+
+async def test_a_restarted_agent_keeps_reserved_instances_and_destroys_orphans(bus: Bus) -> None:
+    """HAMi ``plugin/migmgr.go``: after a restart, instances the ledger reserves are adopted (and
+    destroyed at release); those no pod holds are destroyed."""
+    async with mig_rig(bus) as r:
+        await r.stop_agent()
+        gpu = r.gpus[0]
+        decision = with_mig(r, r.allocation("kept", [(0, 9728, 15)]), [("1g.10gb", 6, 1)])
+        await r.decide(decision, event=False)  # in the ledger from before the restart
+        cards = SimulatedSource(r.node, r.settings.simulate)  # the hardware outlives the agent
+        kept = await cards.create_instance(gpu, "1g.10gb", MigPlacement(start=6, size=1))
+        await cards.create_instance(gpu, "3g.40gb", MigPlacement(start=0, size=4))
+        r.agent = NodeAgent(r.settings, source=cards, bus=bus)
+        await r.agent.start()
+        assert cards.instances(gpu) == (kept,)
+        await r.release(decision)
+        await wait_until(lambda: cards.instances(gpu) == (), what="the adopted instance destroyed")

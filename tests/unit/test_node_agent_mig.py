@@ -17,6 +17,8 @@ card's NVML rules (legal placement, overlap, unknown profile, ids), the instance
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from services.node_agent.allocate import build_mig_response
@@ -33,7 +35,16 @@ from services.node_agent.mig import (
 )
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import MIG_MODELS, SimulatedSource, build_devices, parse_spec
-from shared.model import ContainerDevice, DeviceUUID, MigPlacement, MigSlice, PodUID
+from shared.model import (
+    Allocation,
+    AllocationState,
+    ContainerDevice,
+    DeviceUUID,
+    MigPlacement,
+    MigSlice,
+    NodeName,
+    PodUID,
+)
 
 
 def at(start: int, size: int) -> MigPlacement:
@@ -190,3 +201,29 @@ def test_node_resources_total_every_card_and_allocatable_only_healthy_ones() -> 
         resource_memory_name="hami.io/mem", resource_cores_name="hami.io/c",
     )
     assert node_resources(infos[1:2], renamed)["capacity"] == {"hami.io/mem": "36", "hami.io/c": "100"}
+
+
+async def test_a_restarted_agent_adopts_reserved_instances_and_destroys_the_others() -> None:
+    """HAMi ``plugin/migmgr.go`` ``AdoptAllocation`` / ``ReconcileActiveAllocations``; an unread
+    ledger (``destroy=False``) never destroys (``docs/develop/dynamic-mig-migration.md``)."""
+    source = SimulatedSource("n1", "A100-80GB:mig")
+    (gpu,) = (d.uuid for d in source.devices())
+    kept = await source.create_instance(gpu, "1g.10gb", at(6, 1))
+    await source.create_instance(gpu, "3g.40gb", at(0, 4))
+    entry = Allocation(
+        pod_uid=PodUID("pod-a"),
+        namespace="ns",
+        name="a",
+        node=NodeName("n1"),
+        devices=((mig_card(gpu, "1g.10gb", 6, 1),),),
+        containers=("c0",),
+    )
+    three_g = ((mig_card(gpu, "3g.40gb", 0, 4),),)
+    failed = replace(entry, pod_uid=PodUID("pod-b"), state=AllocationState.FAILED, devices=three_g)
+    assert await MigInstances(source).recover([gpu], [entry, failed], destroy=False) == (1, 0)
+    assert len(source.instances(gpu)) == 2
+    registry = MigInstances(source)
+    assert await registry.recover([gpu], [entry, failed], destroy=True) == (1, 1)
+    assert source.instances(gpu) == (kept,)
+    assert await registry.ensure(PodUID("pod-a"), "c0", [mig_card(gpu, "1g.10gb", 6, 1)]) == (kept.mig_uuid,)
+    assert await registry.release(PodUID("pod-a")) == 1 and source.instances(gpu) == ()

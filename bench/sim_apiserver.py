@@ -1,4 +1,4 @@
-"""Benchmark: the simulated API server through the real KubeClient (create, bind, status, watch).
+"""Benchmark: the simulated API server through the real SimKubeClient (create, bind, status, watch).
 
 Prints p50/p99 per verb and sustained requests/s with N concurrent clients, plus watch fan-out
 delivery (events/s to a watcher per node). Run: ``.venv/bin/python bench/sim_apiserver.py``.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.sim.apiserver import SimApiServer
-from shared.kube import KubeClient
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 
 PODS = 2000
 CONCURRENCY = 32
@@ -52,7 +52,7 @@ async def run_verb(name: str, make: list[object]) -> None:
 async def main() -> None:
     async with SimApiServer() as api:
         with tempfile.TemporaryDirectory() as tmp:  # the client reads the file once
-            kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(Path(tmp) / "kc"))
+            kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(Path(tmp) / "kc"))
         seen = 0
         done = asyncio.Event()
 

@@ -20,13 +20,13 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.sim.apiserver import SimApiServer
-from services.sim.extender_client import ExtenderConfig
-from services.sim.scheduler import SchedulerSettings, SimScheduler
-from shared.kube import KubeClient
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.extender_client import ExtenderConfig
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.scheduler import SchedulerSettings, SimScheduler
 
 
-def extender_app(kube: KubeClient, nodes: int) -> web.Application:
+def extender_app(kube: SimKubeClient, nodes: int) -> web.Application:
     free = {f"n{i}": 10_000 for i in range(nodes)}
 
     async def filter_(request: web.Request) -> web.Response:
@@ -59,7 +59,7 @@ def pct(samples: list[float], q: float) -> float:
 async def main(pods: int, nodes: int) -> None:
     async with SimApiServer() as api:
         with tempfile.TemporaryDirectory() as tmp:  # the client reads the file once
-            kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(Path(tmp) / "kc"))
+            kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(Path(tmp) / "kc"))
         for i in range(nodes):
             await kube.create_node({"metadata": {"name": f"n{i}"}})
             await kube.patch_node_status(f"n{i}", {"status": {"allocatable": {"nvidia.com/gpu": "10000"}}})

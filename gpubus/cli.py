@@ -1,7 +1,9 @@
 """The ``gpubus`` command: one entry point, one sub-command per service or tool.
 
 This is the composition root of the CLI only: each service contributes its commands through
-``services.<svc>.cli.register(app)``; nothing here knows how a service works.
+``services.<svc>.cli.register(app)``; nothing here knows how a service works. The simulator's
+process commands (``gpubus_sim.cli``) are added by name when the optional simulator is installed:
+the product never imports it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import importlib
 
 import typer
+
+from gpubus import simulator
 
 app = typer.Typer(
     name="gpubus",
@@ -31,7 +35,6 @@ COMMAND_MODULES = (
     "services.node_agent.cli",
     "services.monitor.cli",
     "services.dashboard.cli",
-    "services.sim.cli",
     "gpubus.tap_cli",
     "gpubus.stack_cli",
 )
@@ -39,13 +42,9 @@ COMMAND_MODULES = (
 
 def _register_all() -> None:
     for module in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            continue  # during development not every module exists yet
-        mod.register(app)
+        importlib.import_module(module).register(app)
+    if simulator.installed():
+        importlib.import_module(simulator.SIM_COMMANDS).register(app)
 
 
 _register_all()

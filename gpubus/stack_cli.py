@@ -1,7 +1,7 @@
-"""``gpubus up``, ``gpubus submit``, ``gpubus get pods`` and the hidden process commands of the stack.
+"""``gpubus up``, ``gpubus submit``, ``gpubus get pods`` and ``gpubus snapshot``.
 
-``sim-control``, ``sim-kube-scheduler`` and ``sim-nodes`` are the children ``gpubus up`` starts (hidden
-from --help).
+``gpubus up`` needs the simulator (``pip install 'gpubus[sim]'``): its children are the simulator's
+hidden commands (:mod:`gpubus_sim.cli`), run as processes, so this module never imports it.
 Option parsing and printing only; the work is in :mod:`gpubus.stack`, :mod:`gpubus.stack_submit`.
 """
 
@@ -11,20 +11,18 @@ import asyncio
 import contextlib
 import shlex
 import signal
-from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from gpubus import options
+from gpubus import options, simulator
 from gpubus.natsserver import DEFAULT_PORT, NatsServerError
 from gpubus.stack import (
     DEFAULT_PORT_BASE,
     MAX_PORT,
     MAX_PORT_BASE,
-    SCHEDULER_NAME,
     Stack,
     StackError,
     StackSpec,
@@ -67,9 +65,6 @@ def register(app: typer.Typer) -> None:
     get.command("pods")(get_pods)
     app.add_typer(get)
     app.command("snapshot")(snapshot)
-    app.command("sim-control", hidden=True)(sim_control)
-    app.command("sim-kube-scheduler", hidden=True)(sim_kube_scheduler)
-    app.command("sim-nodes", hidden=True)(sim_nodes)
 
 
 # -- up ------------------------------------------------------------------------------------------
@@ -100,6 +95,9 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
              "/prioritize.")] = False,
 ) -> None:
     """Bring up a whole simulated GPU cluster on this machine: NATS, API server, webhook, scheduler, nodes."""
+    if not simulator.installed():
+        typer.secho(f"gpubus up: {simulator.NOT_INSTALLED}", fg="red", err=True)
+        raise typer.Exit(2)
     setup_logging("info")
     spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
                      port_base=port_base, split_count=split_count, pod_duration=pod_duration,
@@ -235,102 +233,3 @@ def snapshot(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
     typer.echo(json.dumps(data, indent=1))
-
-
-# -- the stack's own processes -------------------------------------------------------------------
-
-_NORMAL_EVENTS_HELP = "Record Normal events (Scheduled, Started); off: Warnings only (bench/e2e.py)."
-_POD_LOG_DIR_HELP = "The kubelets' container logs (/var/log/pods layout), which `kubectl logs` reads."
-
-
-def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
-    port: Annotated[int, Opt()],
-    kubeconfig: Annotated[Path, Opt()],
-    webhook_url: Annotated[str, Opt()],
-    webhook_ca: Annotated[Path, Opt()],
-    ready_file: Annotated[Path | None, Opt()] = None,
-    pod_log_dir: Annotated[Path | None, Opt(help=_POD_LOG_DIR_HELP)] = None,
-    log_level: Annotated[str, Opt()] = "info",
-    profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
-) -> None:
-    """The API server stand-in (started by `gpubus up`)."""
-    from gpubus.stack_control import ControlSpec, run_control
-
-    setup_logging(log_level)
-    spec = ControlSpec(port=port, kubeconfig=kubeconfig, webhook_url=webhook_url, webhook_ca=webhook_ca,
-                       ready_file=ready_file, pod_log_dir=pod_log_dir)
-    _run_uvloop(run_control(spec), profile)
-
-
-def sim_kube_scheduler(  # noqa: PLR0917 - typer maps parameters to the command line
-    kubeconfig: Annotated[Path, Opt()],
-    extender_url: Annotated[str, Opt()],
-    scheduler_name: Annotated[str, Opt()] = SCHEDULER_NAME,
-    normal_events: Annotated[bool, Opt(help=_NORMAL_EVENTS_HELP)] = True,
-    ready_file: Annotated[Path | None, Opt()] = None,
-    log_level: Annotated[str, Opt()] = "info",
-    profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
-) -> None:
-    """The kube-scheduler stand-in (started by `gpubus up`)."""
-    from gpubus.stack_control import KubeSchedulerSpec, run_kube_scheduler
-
-    setup_logging(log_level)
-    spec = KubeSchedulerSpec(kubeconfig=kubeconfig, extender_url=extender_url, scheduler_name=scheduler_name,
-                             ready_file=ready_file, normal_events=normal_events)
-    _run_uvloop(run_kube_scheduler(spec), profile)
-
-
-def sim_nodes(  # noqa: PLR0917
-    nodes: Annotated[int, Opt()],
-    devices: Annotated[str, Opt()],
-    kubeconfig: Annotated[Path, Opt()],
-    nats: Annotated[str, Opt()],
-    prefix: Annotated[str, Opt()] = "node",
-    split_count: Annotated[int, Opt()] = 10,
-    pod_duration: Annotated[str, Opt()] = "60s",
-    metrics_port: Annotated[int, Opt()] = 0,
-    heartbeat: Annotated[float, Opt()] = 10.0,
-    monitor_interval: Annotated[float, Opt()] = 5.0,
-    admissions_log: Annotated[Path | None, Opt()] = None,
-    pod_log_dir: Annotated[Path | None, Opt(help=_POD_LOG_DIR_HELP)] = None,
-    normal_events: Annotated[bool, Opt(help=_NORMAL_EVENTS_HELP)] = True,
-    ready_file: Annotated[Path | None, Opt()] = None,
-    log_level: Annotated[str, Opt()] = "info",
-    profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
-    part: Annotated[str, Opt(help="all | hosts (kubelets, monitor) | agents (node-agents).")] = "all",
-    hosts_dir: Annotated[Path | None, Opt(help="The hosts' sockets and files, shared by a split's two "
-                                                "processes (default: a temporary directory).")] = None,
-) -> None:
-    """N simulated nodes in one process: node-agents, kubelet stand-ins, monitor (started by `gpubus up`)."""
-    from gpubus.stack_nodes import PARTS, NodesSpec, run_nodes
-
-    chosen = next((p for p in PARTS if p == part), None)
-    if chosen is None:
-        raise typer.BadParameter(f"one of {', '.join(PARTS)}", param_hint="--part")
-
-    setup_logging(log_level)
-    spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
-                     split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
-                     heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
-                     monitor_interval_s=monitor_interval, normal_events=normal_events,
-                     pod_log_dir=pod_log_dir, part=chosen, hosts_dir=hosts_dir)
-    _run_uvloop(run_nodes(spec), profile)
-
-
-def _run_uvloop(main: Coroutine[Any, Any, None], profile: Path | None = None) -> None:
-    """uvloop where available (the simulator is the CPU-bound part); optionally under cProfile."""
-    try:
-        import uvloop
-        runner: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    if profile is None:
-        runner(main)
-        return
-    import cProfile
-
-    profiler = cProfile.Profile()
-    try:
-        profiler.runcall(runner, main)
-    finally:
-        profiler.dump_stats(str(profile))

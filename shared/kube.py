@@ -7,7 +7,9 @@ response (``_preload_content=False``) and decodes it with orjson — faster, and
 client's Binding deserialisation bug. The per-pod writes (bind, patch) go out on the client's own
 session and auth without its request building (:meth:`KubeClient._send`). HTTP statuses and
 transport failures become gpubus errors in exactly one place (:func:`_raise_for_status`,
-:func:`_translated`).
+:func:`_translated`). It carries only the calls the product makes; the writes only a kubelet,
+kube-scheduler, event recorder or test makes (pod status, nodes, namespaces, quotas, events)
+belong to the simulator's subclass.
 
 ``list_and_watch_pods``/``list_and_watch_nodes`` turn list + watch (+ re-list on 410) into one
 level-triggered stream of ADDED/MODIFIED/DELETED events; nothing here polls.
@@ -17,12 +19,11 @@ This module must not know any service, the bus, or the simulator.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, Self, cast
 from urllib.parse import quote, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -44,7 +45,6 @@ from shared.kube_errors import (
 )
 from shared.kube_types import (
     Binding,
-    Event,
     Node,
     NodeWatchEvent,
     Pod,
@@ -120,8 +120,6 @@ class KubeApi(Protocol):
 
     async def create_pod(self, namespace: str, pod: Pod) -> Pod: ...
 
-    async def delete_pod(self, namespace: str, name: str) -> None: ...
-
     async def close(self) -> None: ...
 
 
@@ -193,7 +191,7 @@ class KubeClient:
     @classmethod
     async def _from_configuration(
         cls, configuration: k8s.Configuration, request_timeout_s: float
-    ) -> KubeClient:
+    ) -> Self:
         watch_client = k8s.ApiClient(configuration)
         await watch_client.rest_client.close()
         watch_client.rest_client = RESTClientObject(configuration, maxsize=0)  # 0: no connection limit
@@ -205,7 +203,7 @@ class KubeClient:
     @classmethod
     async def from_kubeconfig(
         cls, path: str | Path, *, context: str | None = None, request_timeout_s: float = 10.0
-    ) -> KubeClient:
+    ) -> Self:
         configuration = k8s.Configuration()
         await k8s_config.load_kube_config(
             config_file=str(path), context=context, client_configuration=configuration, persist_config=False
@@ -213,7 +211,7 @@ class KubeClient:
         return await cls._from_configuration(configuration, request_timeout_s)
 
     @classmethod
-    async def in_cluster(cls, *, request_timeout_s: float = 10.0) -> KubeClient:
+    async def in_cluster(cls, *, request_timeout_s: float = 10.0) -> Self:
         configuration = k8s.Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         return await cls._from_configuration(configuration, request_timeout_s)
@@ -272,15 +270,8 @@ class KubeClient:
     async def list_pods(
         self, *, field_selector: str | None = None, label_selector: str | None = None
     ) -> tuple[list[Pod], str]:
-        kw = _selectors(field_selector, label_selector)
+        kw = selector_kwargs(field_selector, label_selector)
         body = await self._call("list pods", self._core.list_pod_for_all_namespaces, **kw)
-        return cast(list[Pod], body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
-
-    async def list_namespaced_pods(
-        self, namespace: str, *, field_selector: str | None = None, label_selector: str | None = None
-    ) -> tuple[list[Pod], str]:
-        kw = _selectors(field_selector, label_selector)
-        body = await self._call("list pods", self._core.list_namespaced_pod, namespace, **kw)
         return cast(list[Pod], body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
 
     def watch_pods(
@@ -291,7 +282,7 @@ class KubeClient:
         label_selector: str | None = None,
         timeout_seconds: int = WATCH_TIMEOUT_S,
     ) -> AsyncIterator[WatchEvent]:
-        kw = _selectors(field_selector, label_selector)
+        kw = selector_kwargs(field_selector, label_selector)
         return self._watch("watch pods", self._watch_core.list_pod_for_all_namespaces, resource_version,
                            timeout_seconds, kw)
 
@@ -301,19 +292,6 @@ class KubeClient:
     async def patch_pod(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod:
         return cast(Pod, await self._send("patch pod", "PATCH", _pod_path(namespace, name), merge_patch,
                                           MERGE_PATCH))
-
-    async def patch_pod_status(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod:
-        """Merge-patch the ``status`` subresource (the kubelet's and the scheduler's writes)."""
-        return cast(Pod, await self._call("patch pod status", self._core.patch_namespaced_pod_status, name,
-                                          namespace, merge_patch, _content_type=MERGE_PATCH))
-
-    async def replace_pod(self, namespace: str, name: str, pod: Pod) -> Pod:
-        """PUT; a stale ``metadata.resourceVersion`` raises ``Conflict``."""
-        return cast(Pod, await self._call("replace pod", self._core.replace_namespaced_pod, name, namespace,
-                                          pod))
-
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        await self._call("delete pod", self._core.delete_namespaced_pod, name, namespace)
 
     async def bind_pod(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
@@ -329,23 +307,14 @@ class KubeClient:
 
     # nodes -----------------------------------------------------------------
 
-    async def get_node(self, name: str) -> Node | None:
-        try:
-            return cast(Node, await self._call("get node", self._core.read_node, name))
-        except NotFound:
-            return None
-
     async def list_nodes(self, *, label_selector: str | None = None) -> tuple[list[Node], str]:
-        body = await self._call("list nodes", self._core.list_node, **_selectors(None, label_selector))
+        body = await self._call("list nodes", self._core.list_node, **selector_kwargs(None, label_selector))
         return cast(list[Node], body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
 
     def watch_nodes(
         self, resource_version: str, *, timeout_seconds: int = WATCH_TIMEOUT_S
     ) -> AsyncIterator[WatchEvent]:
         return self._watch("watch nodes", self._watch_core.list_node, resource_version, timeout_seconds, {})
-
-    async def create_node(self, node: Node) -> Node:
-        return cast(Node, await self._call("create node", self._core.create_node, node))
 
     async def patch_node(self, name: str, merge_patch: dict[str, Any]) -> Node:
         return cast(Node, await self._call("patch node", self._core.patch_node, name, merge_patch,
@@ -355,53 +324,11 @@ class KubeClient:
         return cast(Node, await self._call("patch node status", self._core.patch_node_status, name,
                                            merge_patch, _content_type=MERGE_PATCH))
 
-    async def delete_node(self, name: str) -> None:
-        await self._call("delete node", self._core.delete_node, name)
-
     # namespaces and quotas ---------------------------------------------------
-
-    async def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
-        await self._call("create namespace", self._core.create_namespace, body)
 
     async def list_resource_quotas(self, namespace: str) -> list[ResourceQuota]:
         body = await self._call("list resourcequotas", self._core.list_namespaced_resource_quota, namespace)
         return cast(list[ResourceQuota], body.get("items") or [])
-
-    async def create_resource_quota(self, namespace: str, quota: ResourceQuota) -> ResourceQuota:
-        return cast(ResourceQuota, await self._call(
-            "create resourcequota", self._core.create_namespaced_resource_quota, namespace, quota))
-
-    # events ----------------------------------------------------------------
-
-    async def create_event(self, namespace: str, event: Event) -> Event:
-        return cast(Event, await self._call("create event", self._core.create_namespaced_event, namespace,
-                                            event))
-
-    async def patch_event(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Event:
-        """Merge-patch one event (a repeat raising ``count`` and ``lastTimestamp``); 404 -> NotFound."""
-        return cast(Event, await self._call("patch event", self._core.patch_namespaced_event, name, namespace,
-                                            merge_patch, _content_type=MERGE_PATCH))
-
-    async def list_events(
-        self, namespace: str | None = None, *, field_selector: str | None = None
-    ) -> tuple[list[Event], str]:
-        """One namespace's events, or all namespaces' (None); items and the list's resourceVersion."""
-        kw = _selectors(field_selector, None)
-        if namespace is None:
-            body = await self._call("list events", self._core.list_event_for_all_namespaces, **kw)
-        else:
-            body = await self._call("list events", self._core.list_namespaced_event, namespace, **kw)
-        return cast(list[Event], body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
-
-    def watch_events(
-        self, resource_version: str, *, namespace: str, field_selector: str | None = None,
-        timeout_seconds: int = WATCH_TIMEOUT_S,
-    ) -> AsyncIterator[WatchEvent]:
-        """One namespace's events from ``resource_version``."""
-        method = functools.partial(self._watch_core.list_namespaced_event, namespace)
-        return self._watch("watch events", method, resource_version, timeout_seconds,
-                           _selectors(field_selector, None))
 
     # watch -----------------------------------------------------------------
 
@@ -444,7 +371,8 @@ def _decode_watch_line(line: bytes, what: str) -> WatchEvent:
     return cast(WatchEvent, event)
 
 
-def _selectors(field_selector: str | None, label_selector: str | None) -> dict[str, str]:
+def selector_kwargs(field_selector: str | None, label_selector: str | None) -> dict[str, str]:
+    """The generated client's keyword arguments for the selectors that are set."""
     kw = {}
     if field_selector:
         kw["field_selector"] = field_selector
@@ -472,4 +400,5 @@ __all__ = [
     "list_and_watch",
     "list_and_watch_nodes",
     "list_and_watch_pods",
+    "selector_kwargs",
 ]

@@ -21,9 +21,10 @@ from asyncwait import wait_until
 from e2e_invariants import Facts, check, live_gpu_pod
 
 from gpubus.stack import Stack, StackSpec
-from gpubus.stack_nodes import control_subject
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.nodes import control_subject
 from shared.bus import ALLOCATIONS, LOCKS, STREAM, Bus, BusSettings
-from shared.kube import KubeClient, list_and_watch_pods
+from shared.kube import list_and_watch_pods
 from shared.kube_types import Pod as KubePod
 
 Pod = dict[str, Any]
@@ -53,7 +54,7 @@ def gpu_pod(name: str, *, mem: int | None = 2000, cores: int | None = 10, gpus: 
 class E2E:
     """Handles on one running stack."""
 
-    def __init__(self, stack: Stack, kube: KubeClient, bus: Bus) -> None:
+    def __init__(self, stack: Stack, kube: SimKubeClient, bus: Bus) -> None:
         self.stack, self.kube, self.bus = stack, kube, bus
         self.pods: dict[str, Pod] = {}
         """name -> latest pod object (default namespace and others), from the watch."""
@@ -188,7 +189,7 @@ async def running_stack(data_dir: Path, *, nodes: int = 3, devices: str = "2xA10
     await stack.start()
     kube = bus = handle = None
     try:
-        kube = await KubeClient.from_kubeconfig(stack.kubeconfig)
+        kube = await SimKubeClient.from_kubeconfig(stack.kubeconfig)
         bus = await Bus.connect(e2e_bus_settings(stack.nats_url), source="e2e")
         handle = E2E(stack, kube, bus)
         await handle.start_watch()

@@ -11,11 +11,11 @@ from asyncwait import wait_until
 from conftest import bus_settings
 from scheduler_harness import ExtenderClient, start_scheduler
 
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.handlers import WatchSettings
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
-from services.sim.apiserver import SimApiServer
-from services.sim.handlers import WatchSettings
 from shared.bus import Bus
-from shared.kube import KubeClient
 
 
 @pytest.fixture
@@ -25,8 +25,8 @@ async def api(tmp_path: Path) -> AsyncIterator[SimApiServer]:
 
 
 @pytest.fixture
-async def kube(api: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+async def kube(api: SimApiServer, tmp_path: Path) -> AsyncIterator[SimKubeClient]:
+    client = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
     yield client
     await client.close()
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import aiohttp
 
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from services.scheduler.settings import SchedulerSettings
 from shared.bus import INVENTORY, Bus, BusSettings
 from shared.events import Inventory
 from shared.inventory_entries import encode_inventory
-from shared.kube import KubeClient
 from shared.model import DeviceInfo, DeviceUUID
 
 GPU_MEM = 80_000
@@ -85,7 +85,7 @@ async def register_node(
     return event
 
 
-async def create_node(kube: KubeClient, name: str) -> None:
+async def create_node(kube: SimKubeClient, name: str) -> None:
     await kube.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
 
 

@@ -1,4 +1,4 @@
-"""A SimApiServer (bookmarks every 0.05 s), a kubeconfig for it and the real KubeClient on it: the
+"""A SimApiServer (bookmarks every 0.05 s), a kubeconfig for it and the real SimKubeClient on it: the
 fixtures ``server``, ``config`` and ``kube`` of the test modules that bind them by name, which makes
 them that module's own::
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from services.sim.apiserver import SimApiServer
-from services.sim.handlers import WatchSettings
-from shared.kube import KubeClient
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.handlers import WatchSettings
+from gpubus_sim.kube import SimKubeClient
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def config(server: SimApiServer, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+async def kube(server: SimApiServer, tmp_path: Path) -> AsyncIterator[SimKubeClient]:
+    client = await SimKubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
     yield client
     await client.close()

@@ -1,4 +1,4 @@
-"""The real KubeClient (kubernetes_asyncio) against the SimApiServer over loopback.
+"""The real SimKubeClient (kubernetes_asyncio) against the SimApiServer over loopback.
 
 Case matrix: pods (create/generateName, get, list with field and label selectors, merge patch,
 optimistic concurrency, status subresource, delete), binding (201 Status, annotations merged in the
@@ -23,8 +23,9 @@ from aiohttp import web
 from asyncwait import wait_until
 from kubectl import kubectl, needs_kubectl
 
-from services.sim.apiserver import SimApiServer
-from services.sim.handlers import WatchSettings
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.handlers import WatchSettings
+from gpubus_sim.kube import SimKubeClient
 from shared.kube import (
     Conflict,
     Gone,
@@ -36,7 +37,7 @@ from shared.kube import (
 )
 from shared.kube_types import Pod, WatchEvent
 
-# this module's SimApiServer and KubeClient fixtures (bound by name: see sim_fixtures)
+# this module's SimApiServer and SimKubeClient fixtures (bound by name: see sim_fixtures)
 server = sim_fixtures.server
 kube = sim_fixtures.kube
 
@@ -68,7 +69,7 @@ async def collect(
 # pods -----------------------------------------------------------------------------------
 
 
-async def test_create_with_generate_name_assigns_name_uid_and_pending_phase(kube: KubeClient) -> None:
+async def test_create_with_generate_name_assigns_name_uid_and_pending_phase(kube: SimKubeClient) -> None:
     created = await kube.create_pod("default", pod())
     meta = created["metadata"]
     assert meta["name"].startswith("p-") and len(meta["name"]) == 7
@@ -78,29 +79,29 @@ async def test_create_with_generate_name_assigns_name_uid_and_pending_phase(kube
     assert await kube.get_pod("default", meta["name"]) == created
 
 
-async def test_get_missing_pod_is_none(kube: KubeClient) -> None:
+async def test_get_missing_pod_is_none(kube: SimKubeClient) -> None:
     assert await kube.get_pod("default", "nope") is None
 
 
-async def test_create_existing_name_conflicts(kube: KubeClient) -> None:
+async def test_create_existing_name_conflicts(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("same"))
     with pytest.raises(Conflict) as info:
         await kube.create_pod("default", pod("same"))
     assert info.value.reason == "AlreadyExists"
 
 
-async def test_create_in_missing_namespace_is_not_found(kube: KubeClient) -> None:
+async def test_create_in_missing_namespace_is_not_found(kube: SimKubeClient) -> None:
     with pytest.raises(NotFound, match="namespaces"):
         await kube.create_pod("nowhere", pod())
 
 
-async def test_pod_without_containers_is_invalid(kube: KubeClient) -> None:
+async def test_pod_without_containers_is_invalid(kube: SimKubeClient) -> None:
     with pytest.raises(KubeRejected) as info:
         await kube.create_pod("default", {"metadata": {"name": "bad"}, "spec": {"containers": []}})
     assert info.value.code == 422 and "spec.containers" in str(info.value)
 
 
-async def test_list_filters_by_field_selector(kube: KubeClient) -> None:
+async def test_list_filters_by_field_selector(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("a", node="n1"))
     await kube.create_pod("default", pod("b", node="n2"))
     await kube.create_pod("default", pod("c"))
@@ -115,7 +116,7 @@ async def test_list_filters_by_field_selector(kube: KubeClient) -> None:
     assert await names("metadata.name=c,metadata.namespace=default") == {"c"}
 
 
-async def test_list_filters_by_label_selector(kube: KubeClient) -> None:
+async def test_list_filters_by_label_selector(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("a", labels={"app": "x", "tier": "gpu"}))
     await kube.create_pod("default", pod("b", labels={"app": "y"}))
     await kube.create_pod("default", pod("c"))
@@ -132,18 +133,18 @@ async def test_list_filters_by_label_selector(kube: KubeClient) -> None:
     assert await names("app in (x,y),!tier") == {"b"}
 
 
-async def test_unsupported_field_selector_is_rejected(kube: KubeClient) -> None:
+async def test_unsupported_field_selector_is_rejected(kube: SimKubeClient) -> None:
     with pytest.raises(KubeRejected, match="field label not supported"):
         await kube.list_pods(field_selector="spec.nope=1")
 
 
-async def test_list_resource_version_is_the_latest_write(kube: KubeClient) -> None:
+async def test_list_resource_version_is_the_latest_write(kube: SimKubeClient) -> None:
     created = await kube.create_pod("default", pod())
     _, rv = await kube.list_pods()
     assert rv == created["metadata"]["resourceVersion"]
 
 
-async def test_merge_patch_adds_and_removes_annotations(kube: KubeClient) -> None:
+async def test_merge_patch_adds_and_removes_annotations(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("a"))
     await kube.patch_pod("default", "a", {"metadata": {"annotations": {"k1": "v1", "k2": "v2"}}})
     patched = await kube.patch_pod("default", "a", {"metadata": {"annotations": {"k1": None}}})
@@ -151,7 +152,7 @@ async def test_merge_patch_adds_and_removes_annotations(kube: KubeClient) -> Non
     assert patched["spec"]["containers"][0]["name"] == "c"
 
 
-async def test_merge_patch_with_stale_resource_version_conflicts(kube: KubeClient) -> None:
+async def test_merge_patch_with_stale_resource_version_conflicts(kube: SimKubeClient) -> None:
     created = await kube.create_pod("default", pod("a"))
     stale = created["metadata"]["resourceVersion"]
     await kube.patch_pod("default", "a", {"metadata": {"labels": {"x": "1"}}})
@@ -159,7 +160,7 @@ async def test_merge_patch_with_stale_resource_version_conflicts(kube: KubeClien
         await kube.patch_pod("default", "a", {"metadata": {"resourceVersion": stale, "labels": {"x": "2"}}})
 
 
-async def test_replace_with_stale_resource_version_conflicts(kube: KubeClient) -> None:
+async def test_replace_with_stale_resource_version_conflicts(kube: SimKubeClient) -> None:
     created = await kube.create_pod("default", pod("a"))
     await kube.patch_pod("default", "a", {"metadata": {"labels": {"x": "1"}}})
     with pytest.raises(Conflict):
@@ -170,7 +171,7 @@ async def test_replace_with_stale_resource_version_conflicts(kube: KubeClient) -
     assert (await kube.replace_pod("default", "a", fresh))["metadata"]["labels"] == {"x": "3"}
 
 
-async def test_status_changes_only_through_the_status_subresource(kube: KubeClient) -> None:
+async def test_status_changes_only_through_the_status_subresource(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("a"))
     ignored = await kube.patch_pod("default", "a", {"status": {"phase": "Running"}})
     assert ignored["status"]["phase"] == "Pending"
@@ -180,7 +181,7 @@ async def test_status_changes_only_through_the_status_subresource(kube: KubeClie
     assert running["metadata"]["labels"] == {}
 
 
-async def test_delete_removes_and_missing_delete_is_not_found(kube: KubeClient) -> None:
+async def test_delete_removes_and_missing_delete_is_not_found(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("a"))
     await kube.delete_pod("default", "a")
     assert await kube.get_pod("default", "a") is None
@@ -191,7 +192,7 @@ async def test_delete_removes_and_missing_delete_is_not_found(kube: KubeClient) 
 # binding ----------------------------------------------------------------------------------
 
 
-async def test_bind_sets_node_and_merges_annotations_in_one_write(kube: KubeClient) -> None:
+async def test_bind_sets_node_and_merges_annotations_in_one_write(kube: SimKubeClient) -> None:
     created = await kube.create_pod("default", pod("a"))
     created = await kube.patch_pod("default", "a", {"metadata": {"annotations": {"keep": "me"}}})
     rv, uid = created["metadata"]["resourceVersion"], created["metadata"]["uid"]
@@ -206,21 +207,21 @@ async def test_bind_sets_node_and_merges_annotations_in_one_write(kube: KubeClie
     assert bound["metadata"]["annotations"] == {"keep": "me", **allocated}
 
 
-async def test_second_bind_conflicts(kube: KubeClient) -> None:
+async def test_second_bind_conflicts(kube: SimKubeClient) -> None:
     uid = (await kube.create_pod("default", pod("a")))["metadata"]["uid"]
     await kube.bind_pod("default", "a", uid, "n1", {})
     with pytest.raises(Conflict, match="already assigned"):
         await kube.bind_pod("default", "a", uid, "n2", {})
 
 
-async def test_bind_with_wrong_uid_fails_the_precondition(kube: KubeClient) -> None:
+async def test_bind_with_wrong_uid_fails_the_precondition(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("a"))
     with pytest.raises(Conflict, match="Precondition failed"):
         await kube.bind_pod("default", "a", "not-the-uid", "n1", {})
     assert (await kube.get_pod("default", "a") or {}).get("spec", {}).get("nodeName") is None
 
 
-async def test_bind_missing_pod_is_not_found(kube: KubeClient) -> None:
+async def test_bind_missing_pod_is_not_found(kube: SimKubeClient) -> None:
     with pytest.raises(NotFound):
         await kube.bind_pod("default", "ghost", "uid", "n1", {})
 
@@ -228,7 +229,7 @@ async def test_bind_missing_pod_is_not_found(kube: KubeClient) -> None:
 # watch ------------------------------------------------------------------------------------
 
 
-async def test_watch_from_rv_sees_only_later_changes(kube: KubeClient) -> None:
+async def test_watch_from_rv_sees_only_later_changes(kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("before"))
     _, rv = await kube.list_pods()
     await kube.create_pod("default", pod("after"))
@@ -238,7 +239,7 @@ async def test_watch_from_rv_sees_only_later_changes(kube: KubeClient) -> None:
                                                                               ("DELETED", "before")]
 
 
-async def test_watch_sends_bookmarks_with_the_current_rv(kube: KubeClient) -> None:
+async def test_watch_sends_bookmarks_with_the_current_rv(kube: SimKubeClient) -> None:
     created = await kube.create_pod("default", pod("a"))
     [bookmark] = await collect(kube.watch_pods("1", timeout_seconds=5, field_selector="metadata.name=zzz"), 1,
                                skip_bookmarks=False)
@@ -246,7 +247,7 @@ async def test_watch_sends_bookmarks_with_the_current_rv(kube: KubeClient) -> No
     assert bookmark["object"]["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
 
 
-async def test_watch_with_node_selector_sees_pod_arrive_and_leave(kube: KubeClient) -> None:
+async def test_watch_with_node_selector_sees_pod_arrive_and_leave(kube: SimKubeClient) -> None:
     created = await kube.create_pod("default", pod("a"))
     events = kube.watch_pods(created["metadata"]["resourceVersion"], field_selector="spec.nodeName=n1",
                              timeout_seconds=5)
@@ -257,7 +258,7 @@ async def test_watch_with_node_selector_sees_pod_arrive_and_leave(kube: KubeClie
     assert [e["type"] for e in seen] == ["ADDED", "MODIFIED", "DELETED"]
 
 
-async def test_watch_ends_at_the_server_timeout(kube: KubeClient, server: SimApiServer) -> None:
+async def test_watch_ends_at_the_server_timeout(kube: SimKubeClient, server: SimApiServer) -> None:
     _, rv = await kube.list_pods()
     async with asyncio.timeout(10):
         seen = [e async for e in kube.watch_pods(rv, timeout_seconds=1) if e["type"] != "BOOKMARK"]
@@ -267,7 +268,7 @@ async def test_watch_ends_at_the_server_timeout(kube: KubeClient, server: SimApi
 @pytest.mark.parametrize("as_http", [False, True], ids=["error-event", "http-410"])
 async def test_watch_from_a_compacted_rv_raises_gone(tmp_path: Path, as_http: bool) -> None:
     async with SimApiServer(watch=WatchSettings(gone_as_http=as_http)) as api:
-        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+        kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
         try:
             await kube.create_pod("default", pod("a"))
             await kube.create_pod("default", pod("b"))
@@ -280,7 +281,7 @@ async def test_watch_from_a_compacted_rv_raises_gone(tmp_path: Path, as_http: bo
 
 
 async def test_list_and_watch_relists_after_gone_and_reports_what_it_missed(
-    kube: KubeClient, server: SimApiServer
+    kube: SimKubeClient, server: SimApiServer
 ) -> None:
     synced = asyncio.Event()
     seen: list[tuple[str, str]] = []
@@ -307,7 +308,8 @@ async def test_list_and_watch_relists_after_gone_and_reports_what_it_missed(
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_list_and_watch_survives_an_api_server_restart(kube: KubeClient, server: SimApiServer) -> None:
+async def test_list_and_watch_survives_an_api_server_restart(kube: SimKubeClient,
+                                                             server: SimApiServer) -> None:
     synced = asyncio.Event()
     seen: list[tuple[str, str]] = []
 
@@ -330,7 +332,7 @@ async def test_list_and_watch_survives_an_api_server_restart(kube: KubeClient, s
 # nodes and quotas -----------------------------------------------------------------------
 
 
-async def test_nodes_create_patch_list_and_watch(kube: KubeClient) -> None:
+async def test_nodes_create_patch_list_and_watch(kube: SimKubeClient) -> None:
     await kube.create_node({"metadata": {"name": "n1", "labels": {"gpu": "true"}}})
     nodes, rv = await kube.list_nodes()
     assert [n["metadata"]["name"] for n in nodes] == ["n1"]
@@ -345,7 +347,7 @@ async def test_nodes_create_patch_list_and_watch(kube: KubeClient) -> None:
     assert (await kube.list_nodes(label_selector="gpu=true"))[0][0]["metadata"]["name"] == "n1"
 
 
-async def test_resource_quota_reports_used_and_refuses_excess(kube: KubeClient) -> None:
+async def test_resource_quota_reports_used_and_refuses_excess(kube: SimKubeClient) -> None:
     await kube.create_resource_quota("default", {"metadata": {"name": "gpu"},
                                                  "spec": {"hard": {"nvidia.com/gpu": "2"}}})
     await kube.create_pod("default", pod("a"))
@@ -366,7 +368,7 @@ async def test_unreachable_server_is_kube_unavailable(tmp_path: Path) -> None:
     await api.start()
     path = api.write_kubeconfig(tmp_path / "kc")
     await api.stop()
-    kube = await KubeClient.from_kubeconfig(path, request_timeout_s=2)
+    kube = await SimKubeClient.from_kubeconfig(path, request_timeout_s=2)
     try:
         with pytest.raises(KubeUnavailable):
             await kube.list_pods()
@@ -374,7 +376,8 @@ async def test_unreachable_server_is_kube_unavailable(tmp_path: Path) -> None:
         await kube.close()
 
 
-async def test_malformed_bodies_and_patch_types_get_a_status(server: SimApiServer, kube: KubeClient) -> None:
+async def test_malformed_bodies_and_patch_types_get_a_status(server: SimApiServer,
+                                                             kube: SimKubeClient) -> None:
     await kube.create_pod("default", pod("a"))
     url = f"{server.url}/api/v1/namespaces/default/pods"
     async with aiohttp.ClientSession() as http:
@@ -392,7 +395,7 @@ async def test_malformed_bodies_and_patch_types_get_a_status(server: SimApiServe
 
 
 @needs_kubectl
-async def test_kubectl_get_pods_and_nodes_with_the_kubeconfig(kube: KubeClient, server: SimApiServer,
+async def test_kubectl_get_pods_and_nodes_with_the_kubeconfig(kube: SimKubeClient, server: SimApiServer,
                                                               tmp_path: Path) -> None:
     await kube.create_pod("default", pod("visible"))
     await kube.create_node({"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready",
@@ -403,7 +406,7 @@ async def test_kubectl_get_pods_and_nodes_with_the_kubeconfig(kube: KubeClient, 
 
 
 @needs_kubectl
-async def test_kubectl_get_all_lists_pods(kube: KubeClient, server: SimApiServer, tmp_path: Path) -> None:
+async def test_kubectl_get_all_lists_pods(kube: SimKubeClient, server: SimApiServer, tmp_path: Path) -> None:
     """Pods are in the ``all`` category (discovery), as on a real server."""
     await kube.create_pod("default", pod("in-all"))
     code, out, err = await kubectl(server.write_kubeconfig(tmp_path / "kubeconfig"), "get", "all")
@@ -438,7 +441,7 @@ async def test_a_proxy_from_the_environment_still_applies_to_the_api_server(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
-    proxied = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "proxied"))
+    proxied = await SimKubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "proxied"))
     try:
         with pytest.raises(KubeUnavailable):
             await proxied.get_pod("default", "any")
@@ -449,7 +452,7 @@ async def test_a_proxy_from_the_environment_still_applies_to_the_api_server(
     finally:
         await proxied.close()
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    direct = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "direct"))
+    direct = await SimKubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "direct"))
     try:
         assert await direct.get_pod("default", "any") is None
     finally:

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trustme
 
-from services.sim.admission import WebhookConfig
-from services.sim.apiserver import SimApiServer
-from shared.kube import KubeClient, KubeRejected, KubeUnavailable
+from gpubus_sim.admission import WebhookConfig
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
+from shared.kube import KubeRejected, KubeUnavailable
 from shared.kube_types import Pod
 
 if TYPE_CHECKING:
@@ -30,10 +31,10 @@ if TYPE_CHECKING:
 pytest_plugins = ("webhook_fixtures",)
 
 
-async def cluster(tmp_path: Path, *webhooks: WebhookConfig) -> tuple[SimApiServer, KubeClient]:
+async def cluster(tmp_path: Path, *webhooks: WebhookConfig) -> tuple[SimApiServer, SimKubeClient]:
     api = SimApiServer(webhooks=list(webhooks))
     await api.start()
-    return api, await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+    return api, await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
 
 
 def pod() -> Pod:

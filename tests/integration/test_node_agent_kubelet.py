@@ -15,15 +15,15 @@ import pytest
 from asyncwait import wait_until
 from test_node_agent_rig import Rig, rig
 
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from services.node_agent.app import health_subject
 from services.node_agent.discovery import HealthChange
-from services.sim.apiserver import SimApiServer
 from shared.annotations import NODE_REGISTER
 from shared.bus import INVENTORY, Bus
 from shared.events import DeviceHealth, Inventory
-from shared.kube import KubeClient
 
 
 async def test_agent_registers_and_advertises_every_replica_with_numa(bus: Bus) -> None:
@@ -116,7 +116,7 @@ async def test_node_register_annotation_is_written_in_hamis_json_and_follows_hea
     bus: Bus, tmp_path: Path
 ) -> None:
     async with SimApiServer() as api:
-        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
         r = Rig(bus, spec="1xA10")
         r.kube = kube
         try:
@@ -150,7 +150,7 @@ async def test_node_register_annotation_is_written_in_hamis_json_and_follows_hea
 async def test_node_status_carries_gpu_memory_and_cores_and_follows_health(bus: Bus, tmp_path: Path) -> None:
     """HAMi's v2.11 roadmap (vgpu-manager has it): the node's memory and cores as Node resources."""
     async with SimApiServer() as api:
-        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
         r = Rig(bus, spec="2xA10")
         r.kube = kube
         try:

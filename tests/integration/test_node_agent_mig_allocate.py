@@ -16,9 +16,9 @@ import pytest
 from asyncwait import wait_until
 from test_node_agent_rig import Rig
 
+from gpubus_sim.kubelet import AdmissionError
 from services.node_agent.app import NodeAgent
 from services.node_agent.simulated import SimulatedSource
-from services.sim.kubelet import AdmissionError
 from shared.bus import Bus
 from shared.events import AllocationApplied, AllocationFailed
 from shared.model import Allocation, ContainerDevice, MigPlacement, MigSlice

@@ -18,10 +18,10 @@ from typing import Any
 
 import msgpack
 
+from gpubus_sim.kubelet import SimContainer, SimKubelet, SimPod
 from services.node_agent.app import NodeAgent
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
-from services.sim.kubelet import SimContainer, SimKubelet, SimPod
 from shared.bus import ALLOCATIONS, Bus, BusSettings
 from shared.codec import to_wire
 from shared.events import AllocationDecided, AllocationReleased, Event

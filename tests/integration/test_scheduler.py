@@ -26,12 +26,12 @@ from scheduler_harness import (
     start_scheduler,
 )
 
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
-from services.sim.apiserver import SimApiServer
 from shared import annotations as ann
 from shared.bus import ALLOCATIONS, Bus
 from shared.events import AllocationApplied, AllocationDecided, AllocationFailed, Event, PodUnschedulable
-from shared.kube import KubeClient
 from shared.ledger_entries import encode_allocation
 from shared.model import (
     Allocation,
@@ -47,14 +47,14 @@ from shared.model import (
 pytest_plugins = ("scheduler_fixtures",)
 
 
-async def cluster(bus: Bus, kube: KubeClient, app: SchedulerApp, *nodes: str, gpus: int = 2) -> None:
+async def cluster(bus: Bus, kube: SimKubeClient, app: SchedulerApp, *nodes: str, gpus: int = 2) -> None:
     for node in nodes:
         await create_node(kube, node)
         await register_node(bus, node, gpus)
     await wait_until(lambda: all(NodeName(n) in app.ledger for n in nodes), what="inventory")
 
 
-async def create(kube: KubeClient, pod: dict[str, Any]) -> dict[str, Any]:
+async def create(kube: SimKubeClient, pod: dict[str, Any]) -> dict[str, Any]:
     return dict(await kube.create_pod(pod["metadata"]["namespace"], pod))  # type: ignore[arg-type]
 
 
@@ -76,7 +76,7 @@ def used(app: SchedulerApp, node: str, i: int) -> DeviceUsage:
 
 
 async def test_filter_returns_every_fitting_node_and_reasons_for_the_rest(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2")
     pod = await create(kube, gpu_pod("p", slice_of(90_000)))
@@ -89,7 +89,7 @@ async def test_filter_returns_every_fitting_node_and_reasons_for_the_rest(
 
 
 async def test_unknown_and_stale_nodes_get_a_clear_reason(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1")
     await register_node(bus, "old", ts=time.time() - 1000, heartbeat_s=10.0)
@@ -103,7 +103,7 @@ async def test_unknown_and_stale_nodes_get_a_clear_reason(
 
 
 async def test_nodes_form_returns_the_fitting_node_objects(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2")
     pod = await create(kube, gpu_pod("p", slice_of(1000)))
@@ -120,7 +120,7 @@ async def test_nodes_form_returns_the_fitting_node_objects(
 
 
 async def test_pod_without_gpu_passes_through_unchanged(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     pod = await create(kube, gpu_pod("plain", {}))
     result = await client.filter(pod, ["anything", "else"])
@@ -128,7 +128,7 @@ async def test_pod_without_gpu_passes_through_unchanged(
 
 
 async def test_no_fit_publishes_pod_unschedulable_with_per_node_reasons(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     seen = await events(bus, "gpubus.pod.unschedulable.>")
     await cluster(bus, kube, scheduler, "n1")
@@ -142,7 +142,7 @@ async def test_no_fit_publishes_pod_unschedulable_with_per_node_reasons(
 
 
 async def test_single_node_mode_returns_only_the_best_node(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+    bus: Bus, nats_url: str, kube: SimKubeClient, api: SimApiServer, tmp_path: Path
 ) -> None:
     app = await start_scheduler(
         bus_settings(nats_url), tmp_path / "kubeconfig", single_node_filter=True, replica_id="single"
@@ -164,7 +164,7 @@ async def test_single_node_mode_returns_only_the_best_node(
 
 
 async def test_prioritize_scores_by_node_policy_and_pod_annotation(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2")
     busy = await create(kube, gpu_pod("busy", slice_of(40_000, 50, count=2)))
@@ -187,7 +187,7 @@ async def test_prioritize_scores_by_node_policy_and_pod_annotation(
 
 
 async def test_bind_writes_hami_annotations_ledger_entry_and_decided_event(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     decided = await events(bus, "gpubus.allocation.decided.>")
     await cluster(bus, kube, scheduler, "n1")
@@ -210,7 +210,7 @@ async def test_bind_writes_hami_annotations_ledger_entry_and_decided_event(
 
 
 async def test_multi_container_pod_with_init_container_gets_one_slot_per_container(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1")
     pod = await create(
@@ -227,7 +227,7 @@ async def test_multi_container_pod_with_init_container_gets_one_slot_per_contain
 
 
 async def test_bind_refuses_a_node_the_pod_no_longer_fits(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", gpus=1)
     first = await create(kube, gpu_pod("a", slice_of(60_000)))
@@ -241,7 +241,7 @@ async def test_bind_refuses_a_node_the_pod_no_longer_fits(
 
 
 async def test_a_second_bind_of_a_bound_pod_keeps_its_slice(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
     a = await create(kube, gpu_pod("a", slice_of(50_000)))
@@ -261,7 +261,7 @@ async def test_a_second_bind_of_a_bound_pod_keeps_its_slice(
 
 
 async def test_a_stale_entry_of_a_pod_the_api_server_shows_unbound_gives_way_to_a_new_bind(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     # a bind that failed after deciding and could not be undone leaves such an entry behind
     await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
@@ -279,7 +279,7 @@ async def test_a_stale_entry_of_a_pod_the_api_server_shows_unbound_gives_way_to_
 
 
 async def test_a_bind_of_a_pod_with_bad_scoring_weights_is_refused_as_bad_pod(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", gpus=1)
     a = await create(kube, gpu_pod("w", slice_of(1000), annotations={ann.DEVICE_SCORING_WEIGHTS: "slot=1"}))
@@ -291,7 +291,7 @@ async def test_a_bind_of_a_pod_with_bad_scoring_weights_is_refused_as_bad_pod(
 
 
 async def test_concurrent_binds_of_one_pod_bind_it_once(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
     a = await create(kube, gpu_pod("a", slice_of(50_000)))
@@ -308,7 +308,7 @@ async def test_concurrent_binds_of_one_pod_bind_it_once(
 
 
 async def test_failed_binding_post_releases_entry_and_leases(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1")
     pod = await create(kube, gpu_pod("gone", slice_of(1000)))
@@ -323,7 +323,7 @@ async def test_failed_binding_post_releases_entry_and_leases(
 
 
 async def test_standby_replica_forwards_bind_to_the_leader(
-    bus: Bus, nats_url: str, kube: KubeClient, scheduler: SchedulerApp, tmp_path: Path
+    bus: Bus, nats_url: str, kube: SimKubeClient, scheduler: SchedulerApp, tmp_path: Path
 ) -> None:
     standby = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="standby")
     try:
@@ -353,7 +353,7 @@ async def test_standby_replica_forwards_bind_to_the_leader(
 
 
 async def test_deleted_and_finished_pods_release_their_slices(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     released = await events(bus, "gpubus.allocation.released.>")
     await cluster(bus, kube, scheduler, "n1", gpus=1)
@@ -371,7 +371,7 @@ async def test_deleted_and_finished_pods_release_their_slices(
 
 
 async def test_applied_and_failed_verdicts_move_the_entry(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", gpus=1)
     ok = await create(kube, gpu_pod("ok", slice_of(1000)))
@@ -435,7 +435,7 @@ async def _is(value: Awaitable[str | None], expected: str) -> bool:
 
 
 async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
-    bus: Bus, nats_url: str, kube: KubeClient, scheduler: SchedulerApp, tmp_path: Path
+    bus: Bus, nats_url: str, kube: SimKubeClient, scheduler: SchedulerApp, tmp_path: Path
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", gpus=2)
     await scheduler.stop()
@@ -466,7 +466,8 @@ async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
 
 
 async def test_restart_rebuilds_exactly_the_same_usage(  # noqa: PLR0917 (fixtures)
-    bus: Bus, nats_url: str, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient, tmp_path: Path
+    bus: Bus, nats_url: str, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient,
+    tmp_path: Path
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2", gpus=2)
     for i in range(6):
@@ -485,7 +486,8 @@ async def test_restart_rebuilds_exactly_the_same_usage(  # noqa: PLR0917 (fixtur
 
 
 async def test_reconcile_releases_entries_of_vanished_pods_and_adopts_hami_pods(  # noqa: PLR0917 (fixtures)
-    bus: Bus, nats_url: str, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient, tmp_path: Path
+    bus: Bus, nats_url: str, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient,
+    tmp_path: Path
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", gpus=2)
     gone = await create(kube, gpu_pod("gone", slice_of(1000)))
@@ -512,7 +514,7 @@ async def test_reconcile_releases_entries_of_vanished_pods_and_adopts_hami_pods(
 
 
 async def test_readyz_and_metrics(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", gpus=1)
     pod = await create(kube, gpu_pod("p", slice_of(3000, 30)))

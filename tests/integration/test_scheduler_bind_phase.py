@@ -14,14 +14,16 @@ import contextlib
 import pytest
 from scheduler_harness import gpu_pod, slice_of
 
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.bindphase import BindPhaseWriter
 from shared import annotations as ann
-from shared.kube import KubeClient
 
 pytest_plugins = ("scheduler_fixtures",)
 
 
-async def test_a_full_queue_drops_instead_of_waiting_and_the_worker_writes_the_rest(kube: KubeClient) -> None:
+async def test_a_full_queue_drops_instead_of_waiting_and_the_worker_writes_the_rest(
+    kube: SimKubeClient,
+) -> None:
     for name in ("a", "b"):
         await kube.create_pod("default", gpu_pod(name, slice_of(1000)))  # type: ignore[arg-type]
     outcomes: list[str] = []
@@ -49,7 +51,7 @@ async def test_a_full_queue_drops_instead_of_waiting_and_the_worker_writes_the_r
     [(True, "n1", "n1"), (True, "x" * 64, None), (False, "n1", None), (True, "", None)],
 )
 async def test_the_verdict_patch_also_sets_the_node_label(
-    kube: KubeClient, label_nodes: bool, node: str, label: str | None
+    kube: SimKubeClient, label_nodes: bool, node: str, label: str | None
 ) -> None:
     name = f"l-{label_nodes}-{len(node)}".lower()
     await kube.create_pod("default", gpu_pod(name, slice_of(1000)))  # type: ignore[arg-type]

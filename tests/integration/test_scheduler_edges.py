@@ -30,13 +30,13 @@ from scheduler_harness import (
     slice_of,
 )
 
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from services.scheduler.forward import BIND_SUBJECT
-from services.sim.apiserver import SimApiServer
 from shared import annotations as ann
 from shared.bus import ALLOCATIONS, INVENTORY, Bus
 from shared.events import AllocationApplied, AllocationFailed, Inventory
-from shared.kube import KubeClient
 from shared.ledger_entries import encode_allocation
 from shared.model import (
     Allocation,
@@ -56,7 +56,7 @@ async def metrics_has(client: ExtenderClient, line: str) -> bool:
 
 
 async def test_a_node_deleted_from_the_api_server_is_no_longer_judged(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     for node in ("n1", "n2"):
         await create_node(kube, node)
@@ -71,7 +71,7 @@ async def test_a_node_deleted_from_the_api_server_is_no_longer_judged(
 
 
 async def test_undecodable_kv_entries_are_counted_and_skipped(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await create_node(kube, "n1")
     await register_node(bus, "n1")
@@ -102,7 +102,7 @@ def _used(scheduler: SchedulerApp, node: str) -> DeviceUsage:
 
 
 async def test_a_ledger_entry_under_another_pods_key_is_counted_and_ignored(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await create_node(kube, "n1")
     await register_node(bus, "n1", gpus=1)
@@ -119,7 +119,7 @@ async def test_a_ledger_entry_under_another_pods_key_is_counted_and_ignored(
 
 
 async def test_an_inventory_listing_a_device_twice_is_counted_and_ignored(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await create_node(kube, "n3")
     card = devices_for("n3", 1)[0]
@@ -134,7 +134,7 @@ async def test_an_inventory_listing_a_device_twice_is_counted_and_ignored(
 
 
 async def test_an_inventory_stamped_in_the_future_does_not_hide_the_nodes_later_ones(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp
 ) -> None:
     await create_node(kube, "n2")
     await register_node(bus, "n2", gpus=1, ts=1e300)
@@ -150,7 +150,7 @@ async def test_an_inventory_stamped_in_the_future_does_not_hide_the_nodes_later_
 
 
 async def test_a_verdict_from_a_node_the_pod_is_not_on_is_counted_and_ignored(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     for node in ("n1", "n2"):
         await create_node(kube, node)
@@ -181,7 +181,7 @@ async def test_an_undecodable_event_is_counted_on_metrics(
 
 
 async def test_a_bound_pod_with_an_undecodable_devices_annotation_is_counted_not_adopted(
-    kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await create_node(kube, "n1")
     pod = gpu_pod("broken", slice_of(1000), annotations={ann.DEVICES_ALLOCATED: "GPU-1,NVIDIA,lots,10:;"})

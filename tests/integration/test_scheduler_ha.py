@@ -32,14 +32,14 @@ from scheduler_harness import (
     start_scheduler,
 )
 
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from services.scheduler.forward import BIND_SUBJECT, BindForwarder
 from services.scheduler.wire import BindingArgs
-from services.sim.apiserver import SimApiServer
 from shared.bus import Bus, NoResponders, QueryHandler, Subscription
 from shared.events import AllocationDecided, Event
 from shared.handoff import device_counts, lease_key
-from shared.kube import KubeClient
 from shared.model import AllocationState, DeviceUUID, NodeName
 
 pytest_plugins = ("scheduler_fixtures",)
@@ -65,12 +65,12 @@ async def agent(bus: Bus) -> AsyncIterator[Subscription]:
     await sub.stop()
 
 
-async def create(kube: KubeClient, pod: dict[str, Any]) -> dict[str, Any]:
+async def create(kube: SimKubeClient, pod: dict[str, Any]) -> dict[str, Any]:
     return dict(await kube.create_pod("default", pod))  # type: ignore[arg-type]
 
 
 async def add_node(
-    bus: Bus, kube: KubeClient, *apps: SchedulerApp, node: str = "n1", **inventory: Any
+    bus: Bus, kube: SimKubeClient, *apps: SchedulerApp, node: str = "n1", **inventory: Any
 ) -> None:
     """Node object and inventory of ``node``, once every one of ``apps`` has it in its ledger."""
     await create_node(kube, node)
@@ -85,7 +85,7 @@ class Schedulers:
     stopped when the test ends, the newest first."""
 
     bus: Bus
-    kube: KubeClient
+    kube: SimKubeClient
     nats_url: str
     kubeconfig: Path
     stack: contextlib.AsyncExitStack
@@ -135,7 +135,7 @@ class Schedulers:
 
 @pytest.fixture
 async def schedulers(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+    bus: Bus, nats_url: str, kube: SimKubeClient, api: SimApiServer, tmp_path: Path
 ) -> AsyncIterator[Schedulers]:
     kubeconfig = api.write_kubeconfig(tmp_path / "kc")
     async with contextlib.AsyncExitStack() as stack:
@@ -145,7 +145,7 @@ async def schedulers(
         )
 
 
-async def create_pods(kube: KubeClient, *names: str) -> list[dict[str, Any]]:
+async def create_pods(kube: SimKubeClient, *names: str) -> list[dict[str, Any]]:
     """One-card 1000 MiB pods of these names."""
     return [await create(kube, gpu_pod(name, slice_of(1000))) for name in names]
 
@@ -153,7 +153,7 @@ async def create_pods(kube: KubeClient, *names: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR0917 (fixtures)
     bus: Bus,
-    kube: KubeClient,
+    kube: SimKubeClient,
     scheduler: SchedulerApp,
     client: ExtenderClient,
     agent: Subscription,
@@ -184,7 +184,7 @@ async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR091
 
 
 async def test_a_lease_freed_by_the_node_agent_is_taken_in_one_write(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient, agent: Subscription
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient, agent: Subscription
 ) -> None:
     await add_node(bus, kube, scheduler)
     key = lease_key("n1", 1)
@@ -215,7 +215,7 @@ async def test_a_lease_freed_by_the_node_agent_is_taken_in_one_write(
 
 
 async def test_lease_of_a_gone_owner_is_taken_over_at_once(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await add_node(bus, kube, scheduler)
     key = lease_key("n1", 1)
@@ -239,7 +239,7 @@ async def test_lease_of_a_gone_owner_is_taken_over_at_once(
 
 
 async def test_live_holder_is_waited_for_until_its_ttl_runs_out(
-    kube: KubeClient, schedulers: Schedulers
+    kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
     app = await schedulers.leader_of_n1(lease_ttl_s=1.0, bind_timeout_s=15.0, replica_id="ttl")
     first, second = await create_pods(kube, "first", "second")
@@ -252,7 +252,7 @@ async def test_live_holder_is_waited_for_until_its_ttl_runs_out(
 
 
 async def test_bind_gives_up_naming_the_holder_when_the_budget_runs_out(
-    kube: KubeClient, schedulers: Schedulers
+    kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
     app = await schedulers.leader_of_n1(lease_ttl_s=20.0, bind_timeout_s=0.5, replica_id="impatient")
     first, second = await create_pods(kube, "first", "second")
@@ -264,7 +264,7 @@ async def test_bind_gives_up_naming_the_holder_when_the_budget_runs_out(
     assert first_entry is not None and first_entry.state is AllocationState.DECIDED
 
 
-async def test_standby_takes_over_when_the_leader_dies(kube: KubeClient, schedulers: Schedulers) -> None:
+async def test_standby_takes_over_when_the_leader_dies(kube: SimKubeClient, schedulers: Schedulers) -> None:
     leader, standby = await schedulers.replicas("leader", "standby")
     assert not standby.election.is_leader
     await leader.bus.nc.close()  # the leader's process dies: no release, renewals stop
@@ -274,7 +274,7 @@ async def test_standby_takes_over_when_the_leader_dies(kube: KubeClient, schedul
 
 
 async def test_standby_without_an_answering_leader_says_so_in_the_bind_error(
-    kube: KubeClient, schedulers: Schedulers
+    kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
     # a leader that holds the lease but serves nothing
     standby = await schedulers.standby_of("ghost-replica", forward_timeout_s=1.0)
@@ -286,7 +286,7 @@ async def test_standby_without_an_answering_leader_says_so_in_the_bind_error(
 
 
 async def test_a_leader_whose_bind_raises_answers_the_standby_with_the_failure(
-    kube: KubeClient, schedulers: Schedulers
+    kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
     """Not silence until the standby's timeout, reported as "no leader": the leader's error reply."""
 
@@ -304,7 +304,7 @@ async def test_a_leader_whose_bind_raises_answers_the_standby_with_the_failure(
 
 
 async def test_after_failover_the_old_standby_serves_forwarded_binds(
-    kube: KubeClient, schedulers: Schedulers
+    kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
     first, second, third = await schedulers.replicas("first", "second", "third")
     await first.bus.nc.close()  # the leader dies without releasing its lease

@@ -14,23 +14,23 @@ from asyncwait import wait_until
 from conftest import bus_settings
 from scheduler_harness import ExtenderClient, create_node, gpu_pod, register_node, slice_of, start_scheduler
 
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
-from services.sim.apiserver import SimApiServer
 from shared.bus import Bus
-from shared.kube import KubeClient
 from shared.model import AllocationState, DeviceUUID, NodeName, PodUID
 
 pytest_plugins = ("scheduler_fixtures",)
 
 
-async def cluster(bus: Bus, kube: KubeClient, app: SchedulerApp, *nodes: str) -> None:
+async def cluster(bus: Bus, kube: SimKubeClient, app: SchedulerApp, *nodes: str) -> None:
     for node in nodes:
         await create_node(kube, node)
         await register_node(bus, node, gpus=1)
     await wait_until(lambda: all(NodeName(n) in app.ledger for n in nodes), what="inventory")
 
 
-async def create(kube: KubeClient, pod: dict[str, Any]) -> dict[str, Any]:
+async def create(kube: SimKubeClient, pod: dict[str, Any]) -> dict[str, Any]:
     return dict(await kube.create_pod(pod["metadata"]["namespace"], pod))  # type: ignore[arg-type]
 
 
@@ -43,7 +43,7 @@ def used_mem(app: SchedulerApp, node: str) -> int:
 
 
 async def test_the_next_filter_sees_the_slice_held_for_a_pod_not_yet_bound(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1")
     first = await create(kube, gpu_pod("a", slice_of(60_000)))
@@ -60,7 +60,7 @@ async def test_the_next_filter_sees_the_slice_held_for_a_pod_not_yet_bound(
 
 
 async def test_prioritize_puts_the_node_holding_the_slice_alone_on_top(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     nodes = ["n1", "n2", "n3"]
     await cluster(bus, kube, scheduler, *nodes)
@@ -78,7 +78,7 @@ async def test_prioritize_puts_the_node_holding_the_slice_alone_on_top(
 
 
 async def test_a_bind_to_another_node_drops_the_slice_filter_held(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2")
     pod = await create(kube, gpu_pod("p", slice_of(30_000)))
@@ -92,7 +92,7 @@ async def test_a_bind_to_another_node_drops_the_slice_filter_held(
 
 
 async def test_filtering_again_replaces_the_slice_instead_of_adding_one(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1")
     pod = await create(kube, gpu_pod("p", slice_of(50_000)))
@@ -102,7 +102,7 @@ async def test_filtering_again_replaces_the_slice_instead_of_adding_one(
 
 
 async def test_provisional_slices_can_be_turned_off(
-    bus: Bus, nats_url: str, kube: KubeClient, api: SimApiServer, tmp_path: Path
+    bus: Bus, nats_url: str, kube: SimKubeClient, api: SimApiServer, tmp_path: Path
 ) -> None:
     app = await start_scheduler(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig"),
                                 provisional_ttl_s=0.0)

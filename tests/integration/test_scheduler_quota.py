@@ -14,10 +14,10 @@ from typing import Any
 from asyncwait import wait_until
 from scheduler_harness import ExtenderClient, create_node, gpu_pod, register_node, slice_of
 
+from gpubus_sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from shared.bus import Bus
 from shared.events import Event, PodUnschedulable
-from shared.kube import KubeClient
 from shared.model import NodeName
 
 pytest_plugins = ("scheduler_fixtures",)
@@ -28,7 +28,7 @@ USED = 'hami_resource_quota_used{limit="10000",namespace="team",quota_name="nvid
 LIMIT = 'hami_resource_quota_limit{namespace="team",quota_name="nvidia.com/gpumem"} 10000.0'
 
 
-async def team_cluster(bus: Bus, kube: KubeClient, app: SchedulerApp, gpumem_limit: str) -> None:
+async def team_cluster(bus: Bus, kube: SimKubeClient, app: SchedulerApp, gpumem_limit: str) -> None:
     await kube.create_namespace(NS)
     await kube.create_resource_quota(
         NS,
@@ -45,13 +45,13 @@ async def team_cluster(bus: Bus, kube: KubeClient, app: SchedulerApp, gpumem_lim
     await wait_until(lambda: all(NodeName(n) in app.ledger for n in NODES), what="inventory")
 
 
-async def create(kube: KubeClient, name: str, mem: int, count: int) -> dict[str, Any]:
+async def create(kube: SimKubeClient, name: str, mem: int, count: int) -> dict[str, Any]:
     pod = gpu_pod(name, slice_of(mem, count=count), namespace=NS)
     return dict(await kube.create_pod(NS, pod))  # type: ignore[arg-type]
 
 
 async def test_pod_over_its_namespace_quota_is_refused_everywhere_until_another_pod_goes(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     seen: list[Event] = []
 
@@ -85,7 +85,7 @@ async def test_pod_over_its_namespace_quota_is_refused_everywhere_until_another_
 
 
 async def test_bind_enforces_the_quota_even_without_a_filter_call_first(
-    bus: Bus, kube: KubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await team_cluster(bus, kube, scheduler, "3000")
     pod = await create(kube, "direct", 2000, count=2)

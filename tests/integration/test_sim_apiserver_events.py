@@ -1,4 +1,4 @@
-"""core/v1 Events on the SimApiServer, through the real KubeClient, the stand-ins' recorder and kubectl.
+"""core/v1 Events on the SimApiServer, through the real SimKubeClient, the stand-ins' recorder and kubectl.
 
 Case matrix: create/get/list in one namespace and in all; the field selectors ``kubectl describe``
 sends (involvedObject name, namespace, uid; also kind, type, reason, source); watch with a selector
@@ -22,12 +22,13 @@ import sim_fixtures
 from asyncwait import wait_until
 from kubectl import kubectl, needs_kubectl
 
-from services.sim.apiserver import SimApiServer
-from services.sim.events import EventRecorder, build_event, pod_reference
-from shared.kube import KubeClient, KubeRejected, NotFound
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.events import EventRecorder, build_event, pod_reference
+from gpubus_sim.kube import SimKubeClient
+from shared.kube import KubeRejected, NotFound
 from shared.kube_types import Event, EventSource, Pod, WatchEvent
 
-# this module's SimApiServer and KubeClient fixtures (bound by name: see sim_fixtures)
+# this module's SimApiServer and SimKubeClient fixtures (bound by name: see sim_fixtures)
 server = sim_fixtures.server
 kube = sim_fixtures.kube
 
@@ -35,7 +36,7 @@ SCHEDULER: EventSource = {"component": "gpubus-scheduler"}
 KUBELET: EventSource = {"component": "kubelet", "host": "node-1"}
 
 
-async def make_pod(kube: KubeClient, name: str, namespace: str = "default") -> Pod:
+async def make_pod(kube: SimKubeClient, name: str, namespace: str = "default") -> Pod:
     return await kube.create_pod(namespace, {"metadata": {"name": name}, "spec": {
         "containers": [{"name": "main", "image": "cuda"}]}})
 
@@ -50,7 +51,7 @@ def about(pod: Pod, reason: str = "FailedScheduling", message: str = "0/4 nodes 
 
 
 @asynccontextmanager
-async def recording(kube: KubeClient) -> AsyncIterator[EventRecorder]:
+async def recording(kube: SimKubeClient) -> AsyncIterator[EventRecorder]:
     """A scheduler's recorder, running; on leaving, every event it was given is written."""
     recorder = EventRecorder(kube, SCHEDULER)
     task = asyncio.create_task(recorder.run(), name="test-event-recorder")
@@ -67,12 +68,13 @@ async def delete(server: SimApiServer, path: str) -> None:
         assert response.status == 200, await response.text()
 
 
-async def names(kube: KubeClient, namespace: str | None = "default", fields: str | None = None) -> list[str]:
+async def names(kube: SimKubeClient, namespace: str | None = "default",
+                fields: str | None = None) -> list[str]:
     events, _ = await kube.list_events(namespace, field_selector=fields)
     return sorted(e["metadata"]["name"] for e in events)
 
 
-async def test_events_are_created_read_listed_and_deleted(server: SimApiServer, kube: KubeClient) -> None:
+async def test_events_are_created_read_listed_and_deleted(server: SimApiServer, kube: SimKubeClient) -> None:
     await kube.create_namespace("team")
     p, q = await make_pod(kube, "p"), await make_pod(kube, "q", "team")
     first = await kube.create_event("default", about(p))
@@ -89,7 +91,7 @@ async def test_events_are_created_read_listed_and_deleted(server: SimApiServer, 
         await kube.patch_event("default", first["metadata"]["name"], {"count": 3})
 
 
-async def test_the_selectors_kubectl_describe_sends_find_one_objects_events(kube: KubeClient) -> None:
+async def test_the_selectors_kubectl_describe_sends_find_one_objects_events(kube: SimKubeClient) -> None:
     p, q = await make_pod(kube, "p"), await make_pod(kube, "q")
     mine = [await kube.create_event("default", about(p)),
             await kube.create_event("default", about(p, "Started", "Started container main", KUBELET,
@@ -104,7 +106,7 @@ async def test_the_selectors_kubectl_describe_sends_find_one_objects_events(kube
     assert await names(kube, "default", "involvedObject.uid=someone-else") == []
 
 
-async def test_a_watch_with_a_selector_sees_its_objects_events_and_their_repeats(kube: KubeClient) -> None:
+async def test_a_watch_with_a_selector_sees_its_objects_events_and_their_repeats(kube: SimKubeClient) -> None:
     p, q = await make_pod(kube, "p"), await make_pod(kube, "q")
     _, rv = await kube.list_events("default")
     stream = kube.watch_events(rv, namespace="default", field_selector="involvedObject.name=p")
@@ -128,7 +130,7 @@ async def test_a_watch_with_a_selector_sees_its_objects_events_and_their_repeats
         ("ADDED", "p", 1), ("MODIFIED", "p", 2)]
 
 
-async def test_deleting_a_namespace_deletes_its_events(server: SimApiServer, kube: KubeClient) -> None:
+async def test_deleting_a_namespace_deletes_its_events(server: SimApiServer, kube: SimKubeClient) -> None:
     await kube.create_namespace("team")
     await kube.create_event("team", about(await make_pod(kube, "q", "team")))
     await delete(server, "/api/v1/namespaces/team")
@@ -141,7 +143,7 @@ async def test_deleting_a_namespace_deletes_its_events(server: SimApiServer, kub
     ({"involvedObject": "pod/p"}, 400),
     ({"source": {"component": 7}}, 400),
 ])
-async def test_an_event_the_server_could_not_read_back_is_refused(kube: KubeClient, change: dict[str, Any],
+async def test_an_event_the_server_could_not_read_back_is_refused(kube: SimKubeClient, change: dict[str, Any],
                                                                    status: int) -> None:
     event = {**about(await make_pod(kube, "p")), **change}
     with pytest.raises(KubeRejected) as info:
@@ -150,7 +152,7 @@ async def test_an_event_the_server_could_not_read_back_is_refused(kube: KubeClie
     assert await names(kube, None) == []
 
 
-async def test_the_recorder_writes_repeats_as_one_event_with_a_count(kube: KubeClient) -> None:
+async def test_the_recorder_writes_repeats_as_one_event_with_a_count(kube: SimKubeClient) -> None:
     pod = await make_pod(kube, "p")
     async with recording(kube) as recorder:
         for _ in range(3):
@@ -164,7 +166,7 @@ async def test_the_recorder_writes_repeats_as_one_event_with_a_count(kube: KubeC
 
 
 @needs_kubectl
-async def test_kubectl_get_events_prints_the_real_columns(server: SimApiServer, kube: KubeClient,
+async def test_kubectl_get_events_prints_the_real_columns(server: SimApiServer, kube: SimKubeClient,
                                                           tmp_path: Path) -> None:
     pod = await make_pod(kube, "p")
     assigned = "Successfully assigned default/p to n1"
@@ -188,7 +190,7 @@ async def test_kubectl_get_events_prints_the_real_columns(server: SimApiServer, 
 
 
 @needs_kubectl
-async def test_kubectl_describe_pod_lists_its_events(server: SimApiServer, kube: KubeClient,
+async def test_kubectl_describe_pod_lists_its_events(server: SimApiServer, kube: SimKubeClient,
                                                      tmp_path: Path) -> None:
     pod, other = await make_pod(kube, "p"), await make_pod(kube, "other")
     why = "0/4 nodes are available: 4 4/4 CardInsufficientMemory."

@@ -33,9 +33,9 @@ import sim_fixtures
 from kubectl import kubectl, needs_kubectl
 from pod_manifests import FORBIDDEN, pod_yaml
 
-from services.sim.admission import WebhookConfig
-from services.sim.apiserver import SimApiServer
-from shared.kube import KubeClient
+from gpubus_sim.admission import WebhookConfig
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 from shared.kube_types import WatchEvent
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ pytestmark = needs_kubectl
 pytest_plugins = ("webhook_fixtures",)
 
 
-# this module's SimApiServer, its kubeconfig and a KubeClient on it (bound by name: see sim_fixtures)
+# this module's SimApiServer, its kubeconfig and a SimKubeClient on it (bound by name: see sim_fixtures)
 server = sim_fixtures.server
 config = sim_fixtures.config
 kube = sim_fixtures.kube
@@ -72,7 +72,7 @@ async def next_change(stream: AsyncIterator[WatchEvent]) -> WatchEvent:
 
 
 async def test_apply_of_a_new_pod_stores_nothing_and_sends_no_event(
-    server: SimApiServer, kube: KubeClient, config: Path
+    server: SimApiServer, kube: SimKubeClient, config: Path
 ) -> None:
     _, rv = await kube.list_pods()
     async with aclosing(kube.watch_pods(rv)) as stream:

@@ -24,11 +24,11 @@ from typing import Any, cast
 import pytest
 from kubectl import kubectl, needs_kubectl, spawn_kubectl
 
-from services.sim import pod_logs
-from services.sim.apiserver import SimApiServer
-from services.sim.log_files import PodLogFiles
-from services.sim.node import running_status, sim_pod, succeeded_status
-from shared.kube import KubeClient
+from gpubus_sim import pod_logs
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.log_files import PodLogFiles
+from gpubus_sim.node import running_status, sim_pod, succeeded_status
 from shared.kube_types import Pod
 
 pytestmark = needs_kubectl
@@ -42,7 +42,7 @@ MAIN = ["Started container main of pod default/p on node node-1 (simulated by gp
 @dataclass
 class Cluster:
     api: SimApiServer
-    kube: KubeClient
+    kube: SimKubeClient
     config: Path
     files: PodLogFiles
 
@@ -69,7 +69,7 @@ class Cluster:
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     async with SimApiServer(log_dir=tmp_path / "pods") as api:
         config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        kube = await KubeClient.from_kubeconfig(config)
+        kube = await SimKubeClient.from_kubeconfig(config)
         try:
             yield Cluster(api, kube, config, PodLogFiles(tmp_path / "pods"))
         finally:
@@ -169,7 +169,7 @@ async def test_discovery_lists_the_log_subresource(cluster: Cluster) -> None:
 async def test_a_server_without_a_log_directory_says_it_keeps_no_logs(tmp_path: Path) -> None:
     async with SimApiServer() as api:
         config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        kube = await KubeClient.from_kubeconfig(config)
+        kube = await SimKubeClient.from_kubeconfig(config)
         try:
             pod = await kube.create_pod("default", cast(Pod, {"metadata": {"name": "p"},
                                                                "spec": {"containers": [{"name": "main",

@@ -28,7 +28,7 @@ import pytest
 import sim_fixtures
 from kubectl import kubectl, needs_kubectl
 
-from services.sim.apiserver import SimApiServer
+from gpubus_sim.apiserver import SimApiServer
 
 GPU_POD = """\
 apiVersion: v1

@@ -13,8 +13,8 @@ from pathlib import Path
 import sim_fixtures
 from asyncwait import wait_until
 
-from services.sim.node import SimNode, SimNodeSettings
-from shared.kube import KubeClient
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.node import SimNode, SimNodeSettings
 from shared.kube_types import Pod
 
 server = sim_fixtures.server
@@ -23,19 +23,21 @@ kube = sim_fixtures.kube
 NODE = "node-1"
 
 
-async def bound_pod(kube: KubeClient, name: str) -> Pod:
+async def bound_pod(kube: SimKubeClient, name: str) -> Pod:
     pod = await kube.create_pod("default", {"metadata": {"name": name},
                                             "spec": {"containers": [{"name": "main", "image": "cuda"}]}})
     await kube.bind_pod("default", name, pod["metadata"]["uid"], NODE, {})
     return pod
 
 
-async def is_running(kube: KubeClient, name: str) -> bool:
+async def is_running(kube: SimKubeClient, name: str) -> bool:
     pod = await kube.get_pod("default", name)
     return ((pod or {}).get("status") or {}).get("phase") == "Running"
 
 
-async def test_without_a_log_dir_a_deleted_pod_is_forgotten_and_not_started_again(kube: KubeClient) -> None:
+async def test_without_a_log_dir_a_deleted_pod_is_forgotten_and_not_started_again(
+    kube: SimKubeClient,
+) -> None:
     fatal: list[BaseException] = []
     with tempfile.TemporaryDirectory(prefix="gpubus-") as scratch:  # short: unix socket paths
         settings = SimNodeSettings(node=NODE, plugin_dir=Path(scratch) / "dp",

@@ -17,11 +17,11 @@ import aiohttp
 import grpc
 import pytest
 
-from services.sim.apiserver import SimApiServer
-from services.sim.kubelet import _rpc_error
-from services.sim.log_files import PodLogFiles
-from services.sim.node import running_status, sim_pod
-from shared.kube import KubeClient
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.kubelet import _rpc_error
+from gpubus_sim.log_files import PodLogFiles
+from gpubus_sim.node import running_status, sim_pod
 from shared.kube_types import Pod
 
 T0 = 1_577_836_800 * 1_000_000_000
@@ -29,7 +29,7 @@ LOG_URL = "/api/v1/namespaces/default/pods/p/log"
 
 
 class Cluster:
-    def __init__(self, api: SimApiServer, kube: KubeClient, files: PodLogFiles) -> None:
+    def __init__(self, api: SimApiServer, kube: SimKubeClient, files: PodLogFiles) -> None:
         self.api, self.kube, self.files = api, kube, files
 
     async def running_pod(self, name: str = "p") -> Pod:
@@ -48,7 +48,7 @@ class Cluster:
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     async with SimApiServer(log_dir=tmp_path / "pods") as api:
-        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
         try:
             yield Cluster(api, kube, PodLogFiles(tmp_path / "pods"))
         finally:

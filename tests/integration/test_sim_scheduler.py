@@ -29,11 +29,11 @@ import pytest
 from aiohttp import web
 from asyncwait import wait_until
 
-from services.sim.apiserver import SimApiServer
-from services.sim.extender_client import ExtenderConfig
-from services.sim.scheduler import Outcome, SchedulerSettings, SimScheduler
-from services.sim.scheduling_queue import BackoffPolicy
-from shared.kube import KubeClient
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.extender_client import ExtenderConfig
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.scheduler import Outcome, SchedulerSettings, SimScheduler
+from gpubus_sim.scheduling_queue import BackoffPolicy
 from shared.kube_types import Event, Node, Pod
 
 GPU = "nvidia.com/gpu"
@@ -43,7 +43,7 @@ GPU = "nvidia.com/gpu"
 class Extender:
     """An extender with ``free`` one-GPU slots per node."""
 
-    kube: KubeClient
+    kube: SimKubeClient
     free: dict[str, int]
     url: str = ""
     requests: dict[str, list[Any]] = field(
@@ -103,7 +103,7 @@ class Extender:
 @dataclass
 class Cluster:
     api: SimApiServer
-    kube: KubeClient
+    kube: SimKubeClient
     extender: Extender
     outcomes: list[Outcome] = field(default_factory=list)
     scheduler: SimScheduler | None = None
@@ -146,7 +146,7 @@ class Cluster:
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     async with SimApiServer() as api:
-        kube = await KubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
+        kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kc"))
         extender = Extender(kube=kube, free={})
         runner = web.AppRunner(extender.app(), access_log=None)
         await runner.setup()
@@ -262,12 +262,12 @@ async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_dele
     assert (await cluster.wait_bound("second")) == {"second": "n1"}
 
 
-async def events_about(kube: KubeClient, name: str) -> list[Event]:
+async def events_about(kube: SimKubeClient, name: str) -> list[Event]:
     events, _ = await kube.list_events("default", field_selector=f"involvedObject.name={name}")
     return events
 
 
-async def the_one_event_about(kube: KubeClient, name: str) -> Event:
+async def the_one_event_about(kube: SimKubeClient, name: str) -> Event:
     """Wait for the first event about pod ``name`` and return it (the only one there must be)."""
     async def recorded() -> bool:
         return bool(await events_about(kube, name))

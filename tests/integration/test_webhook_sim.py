@@ -1,6 +1,6 @@
-"""The webhook in the loop with the API server stand-in: pods created through the real KubeClient go
-through ``services.sim``'s mutating webhook chain to our real HTTPS webhook, and the webhook reads
-ResourceQuotas back from the same API server through the real KubeClient.
+"""The webhook in the loop with the API server stand-in: pods created through the real SimKubeClient go
+through ``gpubus_sim``'s mutating webhook chain to our real HTTPS webhook, and the webhook reads
+ResourceQuotas back from the same API server through the real SimKubeClient.
 
 Cases: a bare ``gpu: 1`` pod is stored exclusive and routed to gpubus-scheduler; a multi-card pod
 over the namespace's GPU memory quota is refused with HAMi's message while a smaller one passes;
@@ -17,17 +17,18 @@ import pytest
 import trustme
 from natsproc import free_port
 
-from services.sim.admission import WebhookConfig
-from services.sim.apiserver import SimApiServer
+from gpubus_sim.admission import WebhookConfig
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
 from services.webhook.app import Webhook
 from services.webhook.settings import WebhookSettings
 from shared.bus import BusSettings
-from shared.kube import KubeClient, KubeRejected
+from shared.kube import KubeRejected
 from shared.kube_types import Pod, ResourceQuota
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimApiServer, KubeClient]]:
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimApiServer, SimKubeClient]]:
     ca = trustme.CA()
     issued = ca.issue_cert("127.0.0.1")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
@@ -51,7 +52,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimApiServer, KubeClien
                 ca_bundle=ca.cert_pem.bytes(),
             )
         )
-        kube = await KubeClient.from_kubeconfig(kubeconfig)
+        kube = await SimKubeClient.from_kubeconfig(kubeconfig)
         try:
             yield api, kube
         finally:
@@ -68,7 +69,7 @@ def gpu_pod(name: str, **limits: Any) -> Pod:
 
 
 async def test_bare_gpu_pod_is_stored_exclusive_and_routed_to_gpubus(
-    cluster: tuple[SimApiServer, KubeClient],
+    cluster: tuple[SimApiServer, SimKubeClient],
 ) -> None:
     _, kube = cluster
     created = await kube.create_pod("default", gpu_pod("train", **{"nvidia.com/gpu": "1"}))
@@ -80,7 +81,7 @@ async def test_bare_gpu_pod_is_stored_exclusive_and_routed_to_gpubus(
 
 
 async def test_multi_card_pod_over_the_memory_quota_is_refused(
-    cluster: tuple[SimApiServer, KubeClient],
+    cluster: tuple[SimApiServer, SimKubeClient],
 ) -> None:
     _, kube = cluster
     quota: ResourceQuota = {
@@ -98,7 +99,7 @@ async def test_multi_card_pod_over_the_memory_quota_is_refused(
     assert created["metadata"]["name"] == "small"
 
 
-async def test_privileged_gpu_pod_is_refused(cluster: tuple[SimApiServer, KubeClient]) -> None:
+async def test_privileged_gpu_pod_is_refused(cluster: tuple[SimApiServer, SimKubeClient]) -> None:
     _, kube = cluster
     pod: Any = gpu_pod("priv", **{"nvidia.com/gpu": "1"})
     pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
@@ -106,7 +107,7 @@ async def test_privileged_gpu_pod_is_refused(cluster: tuple[SimApiServer, KubeCl
         await kube.create_pod("default", pod)
 
 
-async def test_pod_without_gpu_is_stored_as_sent(cluster: tuple[SimApiServer, KubeClient]) -> None:
+async def test_pod_without_gpu_is_stored_as_sent(cluster: tuple[SimApiServer, SimKubeClient]) -> None:
     _, kube = cluster
     created = await kube.create_pod("default", gpu_pod("web", cpu="1"))
     assert created["spec"]["schedulerName"] == "default-scheduler"
@@ -114,7 +115,7 @@ async def test_pod_without_gpu_is_stored_as_sent(cluster: tuple[SimApiServer, Ku
 
 
 async def test_a_pod_of_the_wrong_shape_is_refused_before_the_webhook_sees_it(
-    cluster: tuple[SimApiServer, KubeClient],
+    cluster: tuple[SimApiServer, SimKubeClient],
 ) -> None:
     # as the real server's decoder does: a 400, not the webhook's denial or "failed calling webhook"
     _, kube = cluster

@@ -1,5 +1,5 @@
-"""Server-side dry run in the simulated API server: the option (``services.sim.dryrun``), the store's
-dry-run writes, and the webhook side of it (``services.sim.admission``).
+"""Server-side dry run in the simulated API server: the option (``gpubus_sim.dryrun``), the store's
+dry-run writes, and the webhook side of it (``gpubus_sim.admission``).
 
 Case matrix:
 - the option: no value is a real write; ``All`` (once or repeated) is a dry run; any other value,
@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from services.sim import dryrun
-from services.sim.admission import WebhookConfig, check_dry_run, review_request
-from services.sim.errors import ApiError
-from services.sim.store import Store
+from gpubus_sim import dryrun
+from gpubus_sim.admission import WebhookConfig, check_dry_run, review_request
+from gpubus_sim.errors import ApiError
+from gpubus_sim.store import Store
 
 
 def pod(name: str, **meta: Any) -> dict[str, Any]:

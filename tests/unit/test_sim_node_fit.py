@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from services.sim.node_fit import (
+from gpubus_sim.node_fit import (
     SELECTOR_MISMATCH,
     UNSCHEDULABLE,
     UNTOLERATED_TAINT,

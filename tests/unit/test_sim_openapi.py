@@ -1,5 +1,5 @@
-"""The OpenAPI v3 documents of the simulated API server (``services.sim.openapi``) and the core/v1
-table behind them (``services.sim.corev1``).
+"""The OpenAPI v3 documents of the simulated API server (``gpubus_sim.openapi``) and the core/v1
+table behind them (``gpubus_sim.corev1``).
 
 Case matrix:
 - paths: every route the server registers under ``/api/v1/`` is in the document with the same
@@ -32,9 +32,9 @@ import kubernetes_validate
 import orjson
 import pytest
 
-from services.sim import corev1, openapi
-from services.sim.apiserver import SimApiServer, _discovery_v1
-from services.sim.kinds import KINDS, NAMESPACED
+from gpubus_sim import corev1, openapi
+from gpubus_sim.apiserver import SimApiServer, _discovery_v1
+from gpubus_sim.kinds import KINDS, NAMESPACED
 
 METHODS = ("get", "put", "post", "patch", "delete")
 ACTIONS = {"get": {"get", "list"}, "put": {"put"}, "post": {"post"}, "patch": {"patch"},

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from services.sim.scheduling_queue import BackoffPolicy, SchedulingQueue
+from gpubus_sim.scheduling_queue import BackoffPolicy, SchedulingQueue
 
 
 @pytest.mark.parametrize(("attempts", "delay"),

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from services.sim.errors import PatchError
+from gpubus_sim.errors import PatchError
 
 Json = Any
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.sim.errors import ApiError
+from gpubus_sim.errors import ApiError
 
 Matcher = Callable[[Mapping[str, Any]], bool]
 

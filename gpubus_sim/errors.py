@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.sim.field_errors import FieldError, aggregate
+from gpubus_sim.field_errors import FieldError, aggregate
 from shared.errors import BadInput, GpubusError
 from shared.kube_types import Status
 

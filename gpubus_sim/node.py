@@ -1,7 +1,7 @@
 """One simulated node's kubelet side: the kubelet stand-in plus the pod lifecycle the kubelet runs.
 
 A :class:`SimNode` registers its ``Node`` object (capacity from what the device plugin advertises),
-serves a :class:`~services.sim.kubelet.SimKubelet` (device plugin registration, pod resources API)
+serves a :class:`~gpubus_sim.kubelet.SimKubelet` (device plugin registration, pod resources API)
 and watches the pods bound to its node. For each new pod it runs the kubelet's admission path —
 GetPreferredAllocation and Allocate per container, init containers first — then marks the pod
 Running through the ``pods/status`` subresource, and Succeeded when its ``gpubus.io/sim-duration``
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from services.sim import pod_logs, rfc3339
-from services.sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference
-from services.sim.kubelet import AdmissionError, ContainerAllocation, SimContainer, SimKubelet, SimPod
-from services.sim.log_files import PodLogFiles
+from gpubus_sim import pod_logs, rfc3339
+from gpubus_sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference
+from gpubus_sim.kubelet import AdmissionError, ContainerAllocation, SimContainer, SimKubelet, SimPod
+from gpubus_sim.log_files import PodLogFiles
 from shared.errors import GpubusError
 from shared.kube import Conflict, KubeApi, NotFound, list_and_watch_pods
 from shared.kube_types import Container, Node, Pod

@@ -35,8 +35,8 @@ from typing import Any
 
 import orjson
 
-from services.sim import corev1
-from services.sim.subresources import SUBRESOURCES, Subresource
+from gpubus_sim import corev1
+from gpubus_sim.subresources import SUBRESOURCES, Subresource
 
 GROUP_VERSION = "api/v1"
 ROOT_PATH = "/openapi/v3"

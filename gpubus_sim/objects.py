@@ -19,8 +19,8 @@ import uuid
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from services.sim import rfc3339
-from services.sim.errors import ApiError
+from gpubus_sim import rfc3339
+from gpubus_sim.errors import ApiError
 
 Obj = dict[str, Any]
 

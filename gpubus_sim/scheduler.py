@@ -27,9 +27,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from services.sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference, truncate_note
-from services.sim.extender_client import ExtenderClient, ExtenderConfig, ExtenderError
-from services.sim.node_fit import (
+from gpubus_sim.events import EventRecorder, EventSink, RecorderSettings, pod_reference, truncate_note
+from gpubus_sim.extender_client import ExtenderClient, ExtenderConfig, ExtenderError
+from gpubus_sim.node_fit import (
     Amounts,
     fit_error_message,
     insufficient,
@@ -38,8 +38,8 @@ from services.sim.node_fit import (
     node_rejects,
     pod_requests,
 )
-from services.sim.objects import now
-from services.sim.scheduling_queue import BackoffPolicy, SchedulingQueue
+from gpubus_sim.objects import now
+from gpubus_sim.scheduling_queue import BackoffPolicy, SchedulingQueue
 from shared.kube import KubeApi, KubeError, list_and_watch_nodes, list_and_watch_pods
 from shared.kube_types import Node, NodeWatchEvent, Pod, PodCondition, PodWatchEvent
 from shared.tasks import cancel_and_wait

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from services.sim import dryrun, field_validation
-from services.sim.errors import ApiError
-from services.sim.field_validation import Directive
+from gpubus_sim import dryrun, field_validation
+from gpubus_sim.errors import ApiError
+from gpubus_sim.field_validation import Directive
 
 OptionsKind = Literal["CreateOptions", "UpdateOptions", "PatchOptions"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from services.sim.events import RecorderStats
+from gpubus_sim.events import RecorderStats
 from shared.stats_metrics import StatsCounters
 
 PREFIX = "gpubus_sim_events_"

@@ -18,10 +18,10 @@ from typing import Any
 
 from aiohttp import web
 
-from services.sim import pod_logs
-from services.sim.errors import ApiError
-from services.sim.log_files import PodLogFiles
-from services.sim.store import Store
+from gpubus_sim import pod_logs
+from gpubus_sim.errors import ApiError
+from gpubus_sim.log_files import PodLogFiles
+from gpubus_sim.store import Store
 
 FOLLOW_POLL_S = 1.0
 

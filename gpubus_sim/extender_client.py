@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 import aiohttp
 import orjson
 
-from services.sim.errors import SimError
+from gpubus_sim.errors import SimError
 from shared.errors import Retryable
 from shared.kube_types import Node, Pod
 

@@ -35,10 +35,10 @@ from typing import Any
 
 import orjson
 
-from services.sim import dryrun
-from services.sim.errors import ApiError
-from services.sim.kinds import KINDS
-from services.sim.selectors import Matcher, field_value, parse_field_selector, parse_label_selector
+from gpubus_sim import dryrun
+from gpubus_sim.errors import ApiError
+from gpubus_sim.kinds import KINDS
+from gpubus_sim.selectors import Matcher, field_value, parse_field_selector, parse_label_selector
 
 log = logging.getLogger(__name__)
 

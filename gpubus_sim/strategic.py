@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from services.sim import corev1
-from services.sim.errors import PatchError
+from gpubus_sim import corev1
+from gpubus_sim.errors import PatchError
 from shared.errors import clip
 
 Json = Any

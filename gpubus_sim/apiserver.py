@@ -15,7 +15,7 @@ Usage::
 
     async with SimApiServer(webhooks=[WebhookConfig(name=..., url=..., ca_bundle=pem)]) as api:
         path = api.write_kubeconfig(tmp / "kubeconfig")
-        kube = await KubeClient.from_kubeconfig(path)
+        kube = await SimKubeClient.from_kubeconfig(path)
 
 Plain HTTP with a dummy bearer token (no authn/authz, no TLS): it is a local harness.
 """
@@ -34,22 +34,22 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from services.sim import openapi
-from services.sim.admission import AdmissionChain, WebhookConfig
-from services.sim.errors import ApiError
-from services.sim.handlers import (
+from gpubus_sim import openapi
+from gpubus_sim.admission import AdmissionChain, WebhookConfig
+from gpubus_sim.errors import ApiError
+from gpubus_sim.handlers import (
     Handler,
     ResourceHandlers,
     Verb,
     WatchSettings,
     json_response,
 )
-from services.sim.kinds import KINDS, NAMESPACED
-from services.sim.log_files import PodLogFiles
-from services.sim.objects import finish_create
-from services.sim.pod_log_http import PodLogHandler
-from services.sim.store import Store
-from services.sim.subresources import SUBRESOURCES, SubVerb
+from gpubus_sim.kinds import KINDS, NAMESPACED
+from gpubus_sim.log_files import PodLogFiles
+from gpubus_sim.objects import finish_create
+from gpubus_sim.pod_log_http import PodLogHandler
+from gpubus_sim.store import Store
+from gpubus_sim.subresources import SUBRESOURCES, SubVerb
 
 log = logging.getLogger(__name__)
 

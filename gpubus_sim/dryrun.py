@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.sim.errors import ApiError
-from services.sim.field_errors import go_quote, not_supported
+from gpubus_sim.errors import ApiError
+from gpubus_sim.field_errors import go_quote, not_supported
 
 Obj = dict[str, Any]
 

@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.sim import rfc3339
-from services.sim.errors import ApiError
-from services.sim.field_errors import FieldError, forbidden, invalid
+from gpubus_sim import rfc3339
+from gpubus_sim.errors import ApiError
+from gpubus_sim.field_errors import FieldError, forbidden, invalid
 
 # The env and mounts HAMi's device plugin answers Allocate with (the node-agent writes the same).
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"

@@ -25,9 +25,9 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
-from services.sim.errors import ApiError, PatchError
-from services.sim.jsonpatch import apply_json_patch
-from services.sim.selectors import structured_selector_matches
+from gpubus_sim.errors import ApiError, PatchError
+from gpubus_sim.jsonpatch import apply_json_patch
+from gpubus_sim.selectors import structured_selector_matches
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ the extender's HTTP API. Apart, the scheduler's serial cycle (filter, prioritize
 to the extender) does not wait behind the API server's own work in one event loop: in one process
 that wait was most of the cycle, and the cycle bounded pods/s (``bench/e2e.py``). Each writes its
 ready file when it serves; the API server first empties the pod log directory, whose pods died with
-the last one. Composition only: both parts live in ``services/sim``.
+the last one. Composition only: both parts live beside it (``apiserver``, ``scheduler``).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.sim.admission import WebhookConfig
-from services.sim.apiserver import SimApiServer
-from services.sim.events import RecorderSettings
-from services.sim.extender_client import ExtenderConfig
-from services.sim.log_files import PodLogFiles
-from services.sim.objects import DEFAULT_SCHEDULER
-from services.sim.scheduler import SchedulerSettings, SimScheduler
-from shared.kube import KubeClient
+from gpubus_sim.admission import WebhookConfig
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.events import RecorderSettings
+from gpubus_sim.extender_client import ExtenderConfig
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.log_files import PodLogFiles
+from gpubus_sim.objects import DEFAULT_SCHEDULER
+from gpubus_sim.scheduler import SchedulerSettings, SimScheduler
 from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ async def run_kube_scheduler(spec: KubeSchedulerSpec) -> None:
     """Schedule until SIGTERM/SIGINT; exit 1 if the scheduler dies (its informers cannot recover)."""
     stop = asyncio.Event()
     stop_on_signals(stop)
-    kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
+    kube = await SimKubeClient.from_kubeconfig(spec.kubeconfig)
     extender = ExtenderConfig(url_prefix=spec.extender_url, http_timeout_s=30.0, node_cache_capable=True)
     # like a cluster's kube-scheduler, it also runs the default profile (pods without GPUs); a
     # profile named twice is one profile

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from services.sim import pod_logs
+from gpubus_sim import pod_logs
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from services.sim import rfc3339
-from services.sim.errors import ApiError
-from services.sim.field_errors import go_quote, not_supported
+from gpubus_sim import rfc3339
+from gpubus_sim.errors import ApiError
+from gpubus_sim.field_errors import go_quote, not_supported
 
 Obj = dict[str, Any]
 

@@ -24,15 +24,15 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from services.sim import field_validation, objects, pod_update, shapes, write_options
-from services.sim.admission import AdmissionChain
-from services.sim.errors import ApiError, PatchError
-from services.sim.field_validation import Directive
-from services.sim.jsonpatch import apply_json_patch, merge_patch
-from services.sim.kinds import KINDS, NAMESPACED
-from services.sim.store import Obj, Store, event_line
-from services.sim.strategic import strategic_merge_patch
-from services.sim.tables import as_table, include_object, wants_table
+from gpubus_sim import field_validation, objects, pod_update, shapes, write_options
+from gpubus_sim.admission import AdmissionChain
+from gpubus_sim.errors import ApiError, PatchError
+from gpubus_sim.field_validation import Directive
+from gpubus_sim.jsonpatch import apply_json_patch, merge_patch
+from gpubus_sim.kinds import KINDS, NAMESPACED
+from gpubus_sim.store import Obj, Store, event_line
+from gpubus_sim.strategic import strategic_merge_patch
+from gpubus_sim.tables import as_table, include_object, wants_table
 
 log = logging.getLogger(__name__)
 

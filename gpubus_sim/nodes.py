@@ -12,7 +12,7 @@ node-agents' CPU apart from the stand-ins that way): ``hosts`` runs the kubelets
 ``agents`` the node-agents, which find the kubelets' sockets there as on a real node. A split
 process answers no control requests (they act on both halves).
 
-Composition only: the parts live in ``services/node_agent``, ``services/sim`` and ``services/monitor``.
+Composition only: the parts live in ``services/node_agent``, this package and ``services/monitor``.
 """
 
 from __future__ import annotations
@@ -27,19 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from gpubus.stack_control import stop_on_signals, write_ready
 from gpubus.stack_scratch import host_scratch_root
+from gpubus_sim.control import stop_on_signals, write_ready
+from gpubus_sim.event_metrics import RecorderStatsCollector
+from gpubus_sim.events import RecorderSettings
+from gpubus_sim.kube import SimKubeClient
+from gpubus_sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
 from services.monitor.app import MonitorApp
 from services.monitor.settings import MonitorSettings
 from services.node_agent.app import NodeAgent
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
-from services.sim.event_metrics import RecorderStatsCollector
-from services.sim.events import RecorderSettings
-from services.sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
 from shared.bus import Bus, BusSettings
 from shared.events import node_token
-from shared.kube import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def build_monitor(spec: NodesSpec, names: list[str], bus: Bus | None,
 class SimCluster:
     """The nodes of one process and what they share."""
 
-    def __init__(self, spec: NodesSpec, bus: Bus, kube: KubeClient) -> None:
+    def __init__(self, spec: NodesSpec, bus: Bus, kube: SimKubeClient) -> None:
         self.spec, self.bus, self.kube = spec, bus, kube
         self._own_sockets = spec.hosts_dir is None
         self.sockets = (Path(tempfile.mkdtemp(prefix="gpubus-", dir=host_scratch_root()))
@@ -231,7 +231,7 @@ async def run_nodes(spec: NodesSpec) -> None:
     name = "sim-nodes" if spec.part == "all" else f"sim-{spec.part}"
     bus = await Bus.connect(BusSettings(url=spec.nats_url, name=f"gpubus-{name}", reconnect_wait_s=0.25),
                             source=name)
-    kube = await KubeClient.from_kubeconfig(spec.kubeconfig)
+    kube = await SimKubeClient.from_kubeconfig(spec.kubeconfig)
     cluster = SimCluster(spec, bus, kube)
     try:
         await bus.ensure_schema()

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from services.sim import corev1
-from services.sim.errors import ApiError
-from services.sim.field_errors import go_format, go_quote, invalid_text, not_supported
+from gpubus_sim import corev1
+from gpubus_sim.errors import ApiError
+from gpubus_sim.field_errors import go_format, go_quote, invalid_text, not_supported
 
 QUERY = "fieldValidation"
 _SUPPORTED = '"", "Ignore", "Strict", "Warn"'

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from services.sim.errors import ApiError
-from services.sim.field_errors import go_quote
-from services.sim.objects import parse_quantity
+from gpubus_sim.errors import ApiError
+from gpubus_sim.field_errors import go_quote
+from gpubus_sim.objects import parse_quantity
 
 Obj = dict[str, Any]
 Check = Callable[[str, str, Any], None]  # (kind, object name, the part)

@@ -23,11 +23,11 @@ from typing import Any
 
 import orjson
 
-from services.sim.errors import ApiError
-from services.sim.field_errors import FieldError, forbidden, invalid, required
-from services.sim.jsonpatch import json_equal
-from services.sim.objects import spec_defaults
-from services.sim.shapes import undecodable
+from gpubus_sim.errors import ApiError
+from gpubus_sim.field_errors import FieldError, forbidden, invalid, required
+from gpubus_sim.jsonpatch import json_equal
+from gpubus_sim.objects import spec_defaults
+from gpubus_sim.shapes import undecodable
 from shared.errors import clip
 
 Obj = dict[str, Any]

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from services.sim import rfc3339
+from gpubus_sim import rfc3339
 from shared.kube_errors import KubeError, KubeUnavailable, NotFound
 from shared.kube_types import Event, EventSource, EventType, ObjectReference
 

@@ -1,4 +1,8 @@
-"""cancel_and_wait: ends the tasks it is given, and never swallows the caller's own cancel."""
+"""cancel_and_wait: ends the tasks it is given, and never swallows the caller's own cancel.
+
+Every wait here is bounded (:data:`BOUND_S`) and followed by an assertion that names what did not
+happen, so a broken ``cancel_and_wait`` fails its test at once instead of hanging the run.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,15 @@ from typing import Any
 import pytest
 
 from shared.tasks import cancel_and_wait
+
+#: Seconds any step here may take; each takes milliseconds when cancel_and_wait works.
+BOUND_S = 5.0
+
+
+async def _ended(task: asyncio.Future[Any], what: str) -> None:
+    """Wait (bounded) for ``task`` to end; fail naming ``what`` if it does not."""
+    done, _ = await asyncio.wait([task], timeout=BOUND_S)
+    assert done, f"{what} did not end within {BOUND_S} s"
 
 
 async def _slow_to_end(ending: asyncio.Event) -> None:
@@ -36,10 +49,10 @@ async def _cancel_while_waiting(stop: Stop) -> asyncio.Task[None]:
     child = asyncio.create_task(_slow_to_end(ending))
     await asyncio.sleep(0)
     caller = asyncio.create_task(stop(child))
-    await ending.wait()  # the caller is now waiting for the child to end
+    await _ended(asyncio.ensure_future(ending.wait()), "the child's cancel")  # the caller now waits for it
     caller.cancel()
-    await asyncio.wait([caller], timeout=5)
-    await asyncio.wait([child], timeout=5)
+    await _ended(caller, "the cancelled caller")
+    await _ended(child, "the child")
     return caller
 
 
@@ -59,7 +72,7 @@ async def test_wait_for_times_out_on_time() -> None:
     await asyncio.sleep(0)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(cancel_and_wait(child), 0.01)
-    await asyncio.wait([child], timeout=5)
+    await _ended(child, "the child")
 
 
 async def test_ends_every_task_and_logs_errors(caplog: pytest.LogCaptureFixture) -> None:
@@ -77,10 +90,18 @@ async def test_ends_every_task_and_logs_errors(caplog: pytest.LogCaptureFixture)
     finished = asyncio.create_task(done_already())
     await asyncio.sleep(0)
     with caplog.at_level(logging.WARNING, logger="shared.tasks"):
-        await cancel_and_wait(failing, None, sleeping, finished)
+        stopping = asyncio.create_task(cancel_and_wait(failing, None, sleeping, finished))
+        await _ended(stopping, "cancel_and_wait")
     assert failing.done() and sleeping.cancelled() and finished.done()
     assert "failing" in caplog.text and "boom" in caplog.text
 
 
 async def test_skips_the_current_task() -> None:
-    await cancel_and_wait(asyncio.current_task())  # no wait_for: that would run it in another task
+    async def ends_itself() -> str:
+        await cancel_and_wait(asyncio.current_task())
+        return "returned"
+
+    task = asyncio.create_task(ends_itself())  # the current task in there is this one
+    await _ended(task, "cancel_and_wait(its own task)")
+    assert not task.cancelled(), "cancel_and_wait cancelled the task that called it"
+    assert task.result() == "returned"

@@ -39,7 +39,7 @@ from gpubus_sim.node_fit import (
     pod_requests,
 )
 from gpubus_sim.objects import now
-from gpubus_sim.scheduling_queue import BackoffPolicy, SchedulingQueue
+from gpubus_sim.scheduling_queue import BackoffPolicy, Clock, SchedulingQueue
 from shared.kube import KubeApi, KubeError, list_and_watch_nodes, list_and_watch_pods
 from shared.kube_types import Node, NodeWatchEvent, Pod, PodCondition, PodWatchEvent
 from shared.tasks import cancel_and_wait
@@ -112,10 +112,11 @@ class SimScheduler:
         settings: SchedulerSettings | None = None,
         *,
         on_outcome: Callable[[Outcome], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.kube, self.settings = kube, settings or SchedulerSettings()
         self.extenders = [ExtenderClient(config) for config in extenders]
-        self.queue = SchedulingQueue(self.settings.backoff)
+        self.queue = SchedulingQueue(self.settings.backoff, clock=clock)  # clock: the loop's, or a test's
         self.stats = SchedulerStats()
         self.synced = asyncio.Event()
         self._profiles = frozenset({self.settings.scheduler_name, *self.settings.plain_profiles})

@@ -12,14 +12,40 @@ pod finishes every few milliseconds, each unschedulable pod is retried at most o
 as in kube-scheduler, not at every event.
 
 Keys are pod UIDs; the queue holds no pod objects, so the caller always schedules the latest
-version it has seen.
+version it has seen. Time and timers come from a :class:`Clock` (the running loop's by default), so
+tests move time on instead of sleeping through backoffs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Where the queue reads the time and sets its backoff timers."""
+
+    def time(self) -> float: ...
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer: ...
+
+
+class LoopClock:
+    """The running event loop's monotonic clock and timers."""
+
+    def time(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        return asyncio.get_running_loop().call_later(delay, callback)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,13 +66,14 @@ class BackoffPolicy:
 class SchedulingQueue:
     """Active FIFO + backoff timers + unschedulable pods + in-flight set, with an awaitable ``pop``."""
 
-    def __init__(self, policy: BackoffPolicy | None = None) -> None:
+    def __init__(self, policy: BackoffPolicy | None = None, *, clock: Clock | None = None) -> None:
         self.policy = policy or BackoffPolicy()
+        self._clock = clock or LoopClock()
         self._active: deque[str] = deque()
         self._queued: set[str] = set()
-        self._backoff: dict[str, asyncio.TimerHandle] = {}
+        self._backoff: dict[str, Timer] = {}
         self._unschedulable: dict[str, tuple[float, float]] = {}
-        """key -> (loop time its backoff ends, loop time it became unschedulable)."""
+        """key -> (clock time its backoff ends, clock time it became unschedulable)."""
         self._in_flight: set[str] = set()
         self._attempts: dict[str, int] = {}
         self._ready = asyncio.Event()
@@ -87,7 +114,7 @@ class SchedulingQueue:
         self._attempts[key] = attempts
         delay = self.policy.delay(attempts)
         self._cancel_backoff(key)
-        now = asyncio.get_running_loop().time()
+        now = self._clock.time()
         if unschedulable:
             self._unschedulable[key] = (now + delay, now)
         else:
@@ -95,7 +122,7 @@ class SchedulingQueue:
         return delay
 
     def _back_off(self, key: str, delay: float) -> None:
-        self._backoff[key] = asyncio.get_running_loop().call_later(delay, self._backoff_expired, key)
+        self._backoff[key] = self._clock.call_later(delay, functools.partial(self._backoff_expired, key))
 
     def _backoff_expired(self, key: str) -> None:
         if self._backoff.pop(key, None) is not None:
@@ -127,12 +154,12 @@ class SchedulingQueue:
 
     def flush_leftover(self) -> int:
         """Unschedulable pods no event retried for ``max_in_unschedulable_s``: moved as by an event."""
-        now = asyncio.get_running_loop().time()
+        now = self._clock.time()
         return self._move([key for key, (_, since) in self._unschedulable.items()
                            if now - since >= self.policy.max_in_unschedulable_s])
 
     def _move(self, keys: list[str]) -> int:
-        now = asyncio.get_running_loop().time()
+        now = self._clock.time()
         for key in keys:
             backoff_ends, _ = self._unschedulable.pop(key)
             if backoff_ends <= now:

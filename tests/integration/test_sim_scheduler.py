@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from asyncwait import wait_until
+from manual_clock import ManualClock
 
 from gpubus_sim.apiserver import SimApiServer
 from gpubus_sim.extender_client import ExtenderConfig
@@ -113,13 +114,14 @@ class Cluster:
             await self.kube.create_node(node)
             await self.kube.patch_node_status(node["metadata"]["name"], {"status": node.get("status") or {}})
 
-    async def start(self, config: ExtenderConfig | None = None, **settings: Any) -> SimScheduler:
+    async def start(self, config: ExtenderConfig | None = None, *, clock: ManualClock | None = None,
+                    **settings: Any) -> SimScheduler:
         config = config or ExtenderConfig(url_prefix=self.extender.url + "/scheduler/")
         # A short backoff: an unschedulable pod then waits only for an event (the 5-minute leftover
         # flush is far away), which is what the tests of retries look at.
         settings.setdefault("backoff", BackoffPolicy(initial_s=0.01, max_s=0.01))
         self.scheduler = SimScheduler(self.kube, [config], SchedulerSettings(**settings),
-                                      on_outcome=self.outcomes.append)
+                                      on_outcome=self.outcomes.append, clock=clock)
         self.scheduler.start()
         await asyncio.wait_for(self.scheduler.synced.wait(), 10)
         return self.scheduler
@@ -238,7 +240,8 @@ async def test_a_plain_profile_schedules_its_pods_without_the_extender(cluster: 
 async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_deleted(cluster: Cluster) -> None:
     cluster.extender.free = {"n1": 1, "n2": 0}
     await cluster.add_nodes(node("n1"), node("n2"))
-    scheduler = await cluster.start()  # no leftover flush within the test: only the event can retry
+    clock = ManualClock()  # no time passes but what the test moves on: only the event can retry
+    scheduler = await cluster.start(clock=clock)
     await cluster.kube.create_pod("default", gpu_pod("first"))
     await cluster.wait_bound("first")
     second_uid = (await cluster.kube.create_pod("default", gpu_pod("second")))["metadata"]["uid"]
@@ -255,7 +258,8 @@ async def test_unschedulable_pod_gets_a_condition_and_retries_when_a_pod_is_dele
     await wait_until(marked_unschedulable, what="PodScheduled=False")
     assert (await condition())["reason"] == "Unschedulable"
     assert (await condition())["message"] == "0/2 nodes are available: 2 insufficient GPU."
-    await asyncio.sleep(0.1)  # ten backoffs long: the pod must not be retried by backoff alone
+    await wait_until(lambda: scheduler.queue.where(second_uid) == "unschedulable", what="second waits")
+    clock.advance(60.0)  # six thousand backoffs, and the 5-minute leftover flush still far off
     assert scheduler.stats.unschedulable == 1 and scheduler.queue.where(second_uid) == "unschedulable"
     cluster.extender.free["n1"] += 1  # what the real extender does when it sees the deletion
     await cluster.kube.delete_pod("default", "first")

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from scheduler_harness import (
     ExtenderClient,
     create_node,
@@ -32,6 +32,7 @@ from services.scheduler.app import SchedulerApp
 from shared import annotations as ann
 from shared.bus import ALLOCATIONS, Bus
 from shared.events import AllocationApplied, AllocationDecided, AllocationFailed, Event, PodUnschedulable
+from shared.handoff import lease_key
 from shared.ledger_entries import encode_allocation
 from shared.model import (
     Allocation,
@@ -294,17 +295,25 @@ async def test_concurrent_binds_of_one_pod_bind_it_once(
     bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
+    # A pod bound on each node holds that node's lease (no node-agent runs Allocate here to free
+    # it), so whichever bind of pod a comes first waits, in flight, while the other one arrives.
+    holders = {node: await create(kube, gpu_pod(f"holder-{node}", slice_of(1000))) for node in ("n1", "n2")}
+    for node, holder in holders.items():
+        assert await client.bind(holder, node) == ""
     a = await create(kube, gpu_pod("a", slice_of(50_000)))
-    errors = await asyncio.gather(client.bind(a, "n1"), client.bind(a, "n2"))
-    assert sorted(e == "" for e in errors) == [False, True]
-    loser = next(e for e in errors if e)
-    assert loser == "pod default/a is being bound already" or "is already bound to node" in loser
-    winner = "n1" if errors[0] == "" else "n2"
+    binds = {node: asyncio.create_task(client.bind(a, node)) for node in ("n1", "n2")}
+    done, _ = await asyncio.wait(binds.values(), timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    [refused] = done
+    assert refused.result() == "pod default/a is being bound already"
+    for node, holder in holders.items():  # Allocate ran for the holders: the node-agent frees their leases
+        await (await bus.lease(lease_key(node, 1), holder["metadata"]["uid"], auto_renew=False)).release()
+    [winner] = [node for node, bind in binds.items() if bind is not refused]
+    assert await asyncio.wait_for(binds[winner], 10) == ""
     pod = await kube.get_pod("default", "a")
     assert pod is not None and pod["spec"]["nodeName"] == winner
     entry = scheduler.ledger.entry(PodUID(a["metadata"]["uid"]))
-    assert entry is not None and entry.node == winner  # the loser's undo left the winner's entry alone
-    assert used(scheduler, winner, 0).usedmem == 50_000
+    assert entry is not None and entry.node == winner  # the refused bind took nothing back
+    assert used(scheduler, winner, 0).usedmem == 51_000
 
 
 async def test_failed_binding_post_releases_entry_and_leases(
@@ -314,8 +323,8 @@ async def test_failed_binding_post_releases_entry_and_leases(
     pod = await create(kube, gpu_pod("gone", slice_of(1000)))
     await client.filter(pod, ["n1"])
     await kube.delete_pod("default", "gone")
-    error = await client.bind(pod, "n1")
-    assert "binding default/gone to n1 failed" in error or "does not exist" in error
+    error = await client.bind(pod, "n1")  # with filter's copy of the pod: the binding POST fails
+    assert error.startswith("binding default/gone to n1 failed: "), error
     assert scheduler.ledger.entry(PodUID(pod["metadata"]["uid"])) is None
     assert used(scheduler, "n1", 0) == used(scheduler, "n1", 1) == DeviceUsage()
     locks = await bus.kv("locks")

@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
-from shared.bus import STREAM, Bus, BusSettings
+from shared.bus import STREAM, Bus
 
 
 @pytest.fixture(scope="session")
@@ -53,15 +54,6 @@ def private_nats(tmp_path: Path) -> Iterator[NatsServerProcess]:
         yield server
     finally:
         server.stop()
-
-
-def bus_settings(url: str, **overrides: object) -> BusSettings:
-    """Settings tuned for tests: fast reconnects, short waits."""
-    values: dict[str, object] = {"url": url, "name": "gpubus-test", "reconnect_wait_s": 0.1,
-                                 "initial_connect_timeout_s": 5.0, "request_timeout_s": 2.0,
-                                 "flush_timeout_s": 2.0}
-    values.update(overrides)
-    return BusSettings(**values)  # type: ignore[arg-type]
 
 
 @pytest_asyncio.fixture

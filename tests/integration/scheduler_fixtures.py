@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from scheduler_harness import ExtenderClient, start_scheduler
 
 from gpubus_sim.apiserver import SimApiServer

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
 from shared.bus import ANY, Bus, BusSettings, ConsumerOptions, Entry, NoResponders, QueryFailed

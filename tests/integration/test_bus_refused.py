@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from nats.aio.msg import Msg
 from natsproc import NatsServerProcess
 from test_bus import Collector

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from conftest import bus_settings
+from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
 from shared.bus import Bus

@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 import pytest_asyncio
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from dashboard_builders import card_id, decided, inventory, released
 
 from services.dashboard.app import Dashboard

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from scheduler_harness import (
     ExtenderClient,
     create_node,

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from scheduler_harness import (
     GPU_MEM,
     ExtenderClient,

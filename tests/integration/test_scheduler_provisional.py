@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from scheduler_harness import ExtenderClient, create_node, gpu_pod, register_node, slice_of, start_scheduler
 
 from gpubus_sim.apiserver import SimApiServer

@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
 from services.scheduler.ledger import Ledger

@@ -23,6 +23,7 @@ import typer
 
 from shared.bus import BusSettings
 from shared.errors import BadInput, GpubusError
+from shared.lifetime import Lifetime, run_until_stopped
 from shared.service import load_bus_settings
 
 Command = Callable[..., None]
@@ -134,10 +135,15 @@ def bad_parameters() -> Iterator[None]:
         raise typer.BadParameter(str(e)) from e
 
 
-def run_service(command: str, main: Coroutine[Any, Any, None]) -> None:
-    """Run a service until it returns; a :class:`GpubusError` ends it with its message and exit 1."""
+def run_service(command: str, run: Callable[[Lifetime], Coroutine[Any, Any, None]]) -> None:
+    """The one way every service process runs: ``run(lifetime)`` until SIGTERM/SIGINT (it drains, exit
+    0) or a fatal error, printed as ``<command>: <message>``: bad input (settings, files) exits 2, any
+    other :class:`GpubusError`, a root task that died included (:mod:`shared.lifetime`), exits 1."""
     try:
-        _run_loop(main)
+        _run_loop(run_until_stopped(run))
+    except BadInput as e:
+        typer.echo(f"{command}: {e}", err=True)
+        raise typer.Exit(2) from e
     except GpubusError as e:
         typer.echo(f"{command}: {e}", err=True)
         raise typer.Exit(1) from e

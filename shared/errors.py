@@ -54,6 +54,10 @@ class CasConflict(Retryable):
     """A KV compare-and-set lost against a concurrent writer."""
 
 
+class TaskDied(GpubusError):
+    """A task the service cannot run without (a root task) ended on its own: the service stops."""
+
+
 def clip(text: str, limit: int = 120) -> str:
     """Outside input shown in a log line or an error message: cut to ``limit`` characters."""
     return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"

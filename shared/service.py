@@ -1,16 +1,11 @@
 """Process plumbing every ``gpubus <service>`` entry point does the same way.
 
-How a command loads its NATS settings (env ``GPUBUS_BUS_*`` under the flags), how SIGTERM/SIGINT
-ask it to stop, and which port an aiohttp runner really bound (``port=0`` in tests). It must not
-know any service's settings, routes or metrics.
+How a command loads its NATS settings (env ``GPUBUS_BUS_*`` under the flags) and which port an
+aiohttp runner really bound (``port=0`` in tests); how it runs and stops is :mod:`shared.lifetime`'s.
+It must not know any service's settings, routes or metrics.
 """
 
 from __future__ import annotations
-
-import asyncio
-import contextlib
-import signal
-from collections.abc import Callable
 
 from aiohttp import web
 
@@ -26,14 +21,6 @@ def load_bus_settings(
     """BusSettings from the common ``--nats*`` flags over ``GPUBUS_BUS_*``; ``name`` is the client name."""
     cli = {"name": name, "url": url, "creds_file": creds_file, "tls_ca": tls_ca}
     return load_settings(BusSettings, cli=cli, env_prefix=BUS_ENV_PREFIX)
-
-
-def on_stop_signals(stop: Callable[[], object]) -> None:
-    """Call ``stop`` on SIGTERM or SIGINT (where the loop supports signal handlers)."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop)
 
 
 def bound_port(runner: web.AppRunner, default: int = 0) -> int:

@@ -3,8 +3,9 @@
 One :class:`MonitorApp` serves one or many nodes (the simulator runs one process for all its
 nodes): a :class:`Monitor` per node, each with its own ledger, sources and cache directory, one
 bus connection, one set of ledger subscriptions routed by node, and one ``/metrics`` endpoint
-whose host metrics carry the ``node`` label. Every background task is named, owned and
-awaited on :meth:`MonitorApp.stop`; if one dies the app stops loudly.
+whose host metrics carry the ``node`` label. Every background task is named, owned (a
+:class:`~shared.lifetime.TaskSet`) and awaited on :meth:`MonitorApp.stop`; if one ends the app
+reports it to ``on_fatal`` (:func:`run`: the process stops loudly).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,15 +29,15 @@ from services.monitor.settings import MonitorSettings, SourceKind
 from services.monitor.sources.hamicore import CONTAINERS_DIR, HamiCoreSource
 from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
 from services.monitor.sources.sim import SimSource
-from shared.bus import ALLOCATIONS, ANY, INVENTORY, BusStats
+from shared.bus import ALLOCATIONS, ANY, INVENTORY, Bus, BusSettings, BusStats
 from shared.bus.metrics import BusStatsCollector
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
 from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import decode_entry
+from shared.lifetime import FatalCallback, Lifetime, TaskSet
 from shared.model import Allocation
 from shared.service import bound_port
-from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,13 @@ def build_sources(
 class MonitorApp:
     """The monitors of one process, their bus wiring, loops and ``/metrics`` server."""
 
-    def __init__(self, settings: MonitorSettings, monitors: Sequence[Monitor], bus: BusPort | None) -> None:
+    def __init__(
+        self,
+        settings: MonitorSettings,
+        monitors: Sequence[Monitor],
+        bus: BusPort | None,
+        on_fatal: FatalCallback | None = None,
+    ) -> None:
         self.settings = settings
         self.monitors = {m.node: m for m in monitors}
         self._holders: dict[str, str] = {}
@@ -105,13 +112,16 @@ class MonitorApp:
         self.registry.register(BusStatsCollector(lambda: None if bus is None else bus.stats))
         self.metrics_port = 0
         self._runner: web.AppRunner | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet("monitor", on_fatal)
         self._subscriptions: list[Any] = []
-        self._failed: asyncio.Future[None] | None = None
 
     @classmethod
     def build(
-        cls, settings: MonitorSettings, bus: BusPort | None, nvml: Callable[[], NvmlPort] = PynvmlPort
+        cls,
+        settings: MonitorSettings,
+        bus: BusPort | None,
+        nvml: Callable[[], NvmlPort] = PynvmlPort,
+        on_fatal: FatalCallback | None = None,
     ) -> MonitorApp:
         emit = bus.emit if bus is not None else _drop
         monitors = []
@@ -127,36 +137,24 @@ class MonitorApp:
                 ),
             )
             monitors.append(Monitor(node, build_sources(settings, node, nvml), emit, options))
-        return cls(settings, monitors, bus)
+        return cls(settings, monitors, bus, on_fatal)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         """Sync ledgers, subscribe, serve /metrics and start the loops."""
-        self._failed = asyncio.get_running_loop().create_future()
         if self.bus is not None:
             await self._subscribe()
             await self.resync()
         await self._serve_metrics()
-        self._spawn("monitor-collect", self._every(self.settings.interval_s, self.collect_once))
-        if self.settings.cleanup_interval_s > 0:
-            self._spawn("monitor-cleanup", self._every(self.settings.cleanup_interval_s, self.cleanup_once))
-        if self.bus is not None and self.settings.resync_interval_s > 0:
-            self._spawn(
-                "monitor-resync", self._every(self.settings.resync_interval_s, self.resync, delay=True)
-            )
-
-    async def run(self) -> None:
-        """Start, then wait until a background task dies (re-raised) or the task is cancelled."""
-        await self.start()
-        assert self._failed is not None
-        try:
-            await self._failed
-        finally:
-            await self.stop()
+        s, every = self.settings, self._every
+        self._tasks.spawn("collect", every(s.interval_s, self.collect_once), root=True)
+        if s.cleanup_interval_s > 0:
+            self._tasks.spawn("cleanup", every(s.cleanup_interval_s, self.cleanup_once), root=True)
+        if self.bus is not None and s.resync_interval_s > 0:
+            self._tasks.spawn("resync", every(s.resync_interval_s, self.resync, delay=True), root=True)
 
     async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        await cancel_and_wait(*tasks)
+        await self._tasks.close()
         for sub in self._subscriptions:
             with contextlib.suppress(Exception):
                 await sub.stop()
@@ -263,19 +261,6 @@ class MonitorApp:
         self.metrics_port = bound_port(self._runner, default=self.settings.metrics_port)
         log.info("serving /metrics on %s:%d", self.settings.metrics_bind, self.metrics_port)
 
-    # -- tasks ----------------------------------------------------------------------------
-    def _spawn(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro, name=name)
-        task.add_done_callback(self._task_done)
-        self._tasks.append(task)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or self._failed is None or self._failed.done():
-            return
-        error = task.exception()
-        log.error("monitor task %s ended: %r", task.get_name(), error)
-        self._failed.set_exception(error or RuntimeError(f"task {task.get_name()} ended"))
-
     async def _every(
         self, interval_s: float, work: Callable[[], Awaitable[None]], delay: bool = False
     ) -> None:
@@ -285,6 +270,24 @@ class MonitorApp:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             next_at = max(next_at + interval_s, loop.time())
             await work()
+
+
+async def run(settings: MonitorSettings, bus_settings: BusSettings | None, lifetime: Lifetime) -> None:
+    """The ``gpubus monitor`` process: connect (unless running without NATS), serve until the
+    lifetime ends (a signal, a dead loop)."""
+    bus = await Bus.connect(bus_settings, source="monitor") if bus_settings is not None else None
+    try:
+        if bus is not None:
+            await bus.ensure_schema()
+        app = MonitorApp.build(settings, bus, on_fatal=lifetime.fail)
+        await app.start()
+        try:
+            await lifetime.wait()
+        finally:
+            await app.stop()
+    finally:
+        if bus is not None:
+            await bus.close()
 
 
 async def _healthz(request: web.Request) -> web.Response:

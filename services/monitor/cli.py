@@ -1,4 +1,4 @@
-"""``gpubus monitor``: flags -> settings -> :class:`MonitorApp` until interrupted.
+"""``gpubus monitor``: flags -> settings -> :func:`services.monitor.app.run` under ``run_service``.
 
 Only maps the command line onto :mod:`services.monitor.settings` and runs the composition
 root; it knows nothing about how usage is collected.
@@ -6,21 +6,17 @@ root; it knows nothing about how usage is collected.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import logging
 from typing import Annotated
 
 import typer
 
 from services.monitor import settings as monitor_settings
-from services.monitor.app import MonitorApp
-from services.monitor.settings import MonitorSettings
-from shared.bus import Bus, BusSettings
-from shared.cli_options import ConfigFile, LogJson, LogLevel, NatsCreds, NatsTlsCa
-from shared.errors import BusUnavailable, GpubusError
+from services.monitor.app import run
+from shared.cli_options import ConfigFile, LogJson, LogLevel, NatsCreds, NatsTlsCa, run_service
+from shared.errors import GpubusError
 from shared.logs import setup_logging
-from shared.service import on_stop_signals
 
 log = logging.getLogger(__name__)
 
@@ -103,24 +99,5 @@ def monitor(  # noqa: PLR0917 - typer maps parameters to the command line
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     setup_logging(settings.log_level, settings.log_json)
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(run(settings, bus_settings))
-    except BusUnavailable as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
+    run_service("monitor", functools.partial(run, settings, bus_settings))
 
-
-async def run(settings: MonitorSettings, bus_settings: BusSettings | None) -> None:
-    """Connect (unless running without NATS), serve until SIGTERM/SIGINT or until a loop dies."""
-    bus = await Bus.connect(bus_settings, source="monitor") if bus_settings is not None else None
-    try:
-        if bus is not None:
-            await bus.ensure_schema()
-        serving = asyncio.create_task(MonitorApp.build(settings, bus).run(), name="monitor-app")
-        on_stop_signals(serving.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-    finally:
-        if bus is not None:
-            await bus.close()

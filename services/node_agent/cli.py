@@ -1,4 +1,4 @@
-"""``gpubus node-agent``: flags -> settings -> :func:`services.node_agent.app.run`.
+"""``gpubus node-agent``: flags -> settings -> :func:`services.node_agent.app.run` under ``run_service``.
 
 Only option parsing lives here; every flag maps to a :class:`NodeAgentSettings` field (env
 ``GPUBUS_NODE_AGENT_<FIELD>``, file ``--config``) or to the bus settings (env ``GPUBUS_BUS_*``).
@@ -6,13 +6,12 @@ Only option parsing lives here; every flag maps to a :class:`NodeAgentSettings` 
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from typing import Annotated
 
 import typer
 
-from shared.cli_options import CommonOptions, bad_parameters, common_options
-from shared.errors import BadInput, GpubusError
+from shared.cli_options import CommonOptions, bad_parameters, common_options, run_service
 from shared.logs import setup_logging
 
 Opt = typer.Option
@@ -61,26 +60,12 @@ def node_agent(
     cli = common.settings_overrides(locals())
     from services.node_agent import settings as node_settings
     from services.node_agent.app import run
-    from services.node_agent.errors import DiscoveryError
 
     with bad_parameters():
         settings = node_settings.load(cli, file=common.config)
         bus = common.bus(f"node-agent-{settings.node_name}")
     setup_logging(settings.log_level, settings.log_json)
-    try:
-        asyncio.run(run(settings, bus))
-    except DiscoveryError as e:
-        typer.echo(
-            f"node-agent: {e}. Install the NVIDIA driver, use --simulate, or --no-fail-on-init-error.",
-            err=True,
-        )
-        raise typer.Exit(1) from e
-    except BadInput as e:
-        typer.echo(f"node-agent: {e}", err=True)
-        raise typer.Exit(2) from e
-    except GpubusError as e:
-        typer.echo(f"node-agent: {e}", err=True)
-        raise typer.Exit(1) from e
+    run_service("node-agent", functools.partial(run, settings, bus))
 
 
 def register(app: typer.Typer) -> None:

@@ -6,14 +6,18 @@ schedules the checks with a doubling delay per attempt and hands out every check
 window together, so one ``List`` serves all pods a node allocated meanwhile instead of one
 ``List`` per pod. ``PodResourcesClient`` is the thin gRPC
 adapter over the kubelet's pod resources socket; its errors become :class:`BusUnavailable`-like
-``PodResourcesUnavailable``. Nothing here emits events; the caller decides.
+``PodResourcesUnavailable``. :class:`Verifier` is the loop (an owned task of the agent) that runs
+the due checks through the client, counts the outcomes and publishes ``allocation.mismatch``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import heapq
 import itertools
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -21,8 +25,15 @@ import grpc
 from proto.podresources.v1 import api_pb2 as pr
 from proto.podresources.v1 import api_pb2_grpc as pr_grpc
 from services.node_agent.inventory import physical_uuid
+from services.node_agent.metrics import NodeAgentMetrics
 from shared.errors import Retryable
+from shared.events import AllocationMismatch, Event
 from shared.model import Allocation
+
+log = logging.getLogger(__name__)
+
+#: Checks of one allocation before the kubelet is taken never to list it.
+VERIFY_ATTEMPTS = 6
 
 
 class PodResourcesUnavailable(Retryable):
@@ -129,3 +140,80 @@ class PodResourcesClient:
 
     async def close(self) -> None:
         await self._channel.close()
+
+
+class Verifier:
+    """Completed allocations checked against the kubelet's record, one ``List`` per due batch."""
+
+    def __init__(
+        self,
+        node: str,
+        client: PodResourcesClient,
+        metrics: NodeAgentMetrics,
+        emit: Callable[[Event], None],
+        *,
+        delay_s: float,
+    ) -> None:
+        self._node = node
+        self._client = client
+        self._metrics = metrics
+        self._emit = emit
+        self._delay_s = delay_s
+        self._queue = VerifyQueue(delay_s, VERIFY_ATTEMPTS)
+        self._wakeup = asyncio.Event()
+
+    def completed(self, allocation: Allocation) -> None:
+        """Check this allocation ``delay_s`` from now (then again, doubling, while it is not listed)."""
+        self._queue.add(allocation, asyncio.get_running_loop().time())
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Run the checks as they fall due, forever (orchestration)."""
+        loop = asyncio.get_running_loop()
+        window = self._delay_s / 2
+        while True:
+            due = self._queue.next_due()
+            wake = self._wakeup.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake, None if due is None else max(0.0, due - loop.time()))
+            self._wakeup.clear()
+            checks = self._queue.take_due(loop.time(), window)
+            if not checks:
+                continue
+            try:
+                assigned: Assigned | None = await self._client.assigned()
+            except PodResourcesUnavailable as e:
+                log.info("verify on %s: %s", self._node, e)
+                assigned = None
+            for check in checks:
+                mismatches = None if assigned is None else compare(check.allocation, assigned)
+                if mismatches is not None:
+                    self._verified(check.allocation, mismatches)
+                elif not self._queue.retry(check, loop.time()):
+                    self._metrics.verifications.labels(result="unlisted").inc()
+                    log.info("verify %s/%s: the kubelet never listed the pod",
+                             check.allocation.namespace, check.allocation.name)
+
+    def _verified(self, allocation: Allocation, mismatches: list[Mismatch]) -> None:
+        self._metrics.verifications.labels(result="mismatch" if mismatches else "ok").inc()
+        for m in mismatches:
+            self._metrics.mismatches.labels(where="pod_resources").inc()
+            log.warning(
+                "pod %s/%s container %s: kubelet assigned %s, decided %s",
+                allocation.namespace,
+                allocation.name,
+                m.container,
+                m.actual,
+                m.expected,
+            )
+            self._emit(
+                AllocationMismatch(
+                    node=self._node,
+                    pod_uid=allocation.pod_uid,
+                    namespace=allocation.namespace,
+                    name=allocation.name,
+                    container=m.container,
+                    expected=m.expected,
+                    actual=m.actual,
+                )
+            )

@@ -1,8 +1,9 @@
 """Composition root of ``gpubus scheduler``: wires settings, bus, Kubernetes, state, cores and HTTP.
 
-Nothing else constructs long-lived resources. Every background task is named, owned here and
-cancelled and awaited on :meth:`SchedulerApp.stop`; if one dies unexpectedly the app logs it and
-``run`` returns, so the process stops loudly instead of limping.
+Nothing else constructs long-lived resources. Every background task is named, owned here (a
+:class:`~shared.lifetime.TaskSet` for every replica's, one for the leader's) and cancelled and
+awaited on :meth:`SchedulerApp.stop`; if one ends unexpectedly the app reports it to ``on_fatal``
+(:func:`run`: the process stops loudly instead of limping).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from services.scheduler.binder import Binder, BindOptions, PodCache
+from services.scheduler.binder import Binder, BindOptions
 from services.scheduler.bindphase import BindPhaseWriter
 from services.scheduler.extender import Extender
 from services.scheduler.fit import Policies
@@ -29,6 +30,7 @@ from services.scheduler.leases import AllocLeases
 from services.scheduler.ledger import Ledger
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.placement import Placement
+from services.scheduler.pod_cache import PodCache
 from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
 from services.scheduler.reconcile import Reconciler
 from services.scheduler.settings import SchedulerSettings
@@ -37,9 +39,9 @@ from shared.bus import Bus, BusSettings, BusStats, Subscription
 from shared.bus.metrics import BusStatsCollector
 from shared.kube import KubeApi
 from shared.kube_config import kube_client
+from shared.lifetime import FatalCallback, Lifetime, TaskSet
 from shared.model import NodeName
 from shared.quota_cache import QuotaCache
-from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class SchedulerApp:
         *,
         kube: KubeApi | None = None,
         clock: Callable[[], float] = time.time,
+        on_fatal: FatalCallback | None = None,
     ) -> None:
         self.settings = settings
         self.bus_settings = bus_settings
@@ -78,10 +81,8 @@ class SchedulerApp:
         )
         self.pods = PodCache()
         self.port = settings.port
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._leader_tasks: dict[str, asyncio.Task[None]] = {}
-        self._ended: asyncio.Queue[asyncio.Task[None]] = asyncio.Queue()
-        """Owned tasks that ended on their own: a root task that returned, any task that raised."""
+        self._tasks = TaskSet("scheduler", on_fatal)
+        self._leader_tasks = TaskSet("scheduler-leader", on_fatal)
         self._verdicts: list[Subscription] = []
         self._runner: web.AppRunner | None = None
         self.bus: Bus
@@ -111,9 +112,9 @@ class SchedulerApp:
         if self.kube is None:
             self.kube = await _kube_from(self.settings)
         self._wire_quotas()
+        self._wire_leadership()
         self._wire_binding()
         self._wire_reconciler()
-        self._wire_leadership()
         self.extender = self._extender()
         self._live_gauges()
         await self.leases.start()
@@ -151,8 +152,9 @@ class SchedulerApp:
             leases=self.leases,
             kube=self.kube,
             pods=self.pods,
-            is_leader=lambda: self.election.is_leader,
-            leader_name=lambda: self.election.leader,
+            leadership=self.election,
+            metrics=self.metrics,
+            quotas=self.quotas,
             options=BindOptions(
                 bind_timeout_s=s.bind_timeout_s,
                 reservation_ttl_s=s.reservation_ttl_s,
@@ -160,8 +162,6 @@ class SchedulerApp:
                 names=self.names,
             ),
             clock=self.clock,
-            on_lease_wait=self.metrics.lease_wait_seconds.observe,
-            quota_ready=None if self.quotas is None else self.quotas.ensure,
         )
 
     def _wire_reconciler(self) -> None:
@@ -174,13 +174,11 @@ class SchedulerApp:
             self.state,
             self.leases,
             self.kube,
+            binder=self.binder,
+            phases=self.phases,
+            metrics=self.metrics,
             scheduler_name=self.settings.scheduler_name,
-            in_flight=self.binder.binding,
-            on_release=lambda why: self.metrics.released.labels(why).inc(),
-            on_adopt=self.metrics.adopted.inc,
             clock=self.clock,
-            on_phase=self.phases.submit,
-            on_input_error=self.metrics.input_error,
             names=self.names,
         )
 
@@ -204,15 +202,15 @@ class SchedulerApp:
     def _launch(self) -> None:
         """The owned tasks every replica runs (the leader's own start in :meth:`_elected`)."""
         if self.kube is not None:
-            self._spawn(self._tasks, "scheduler-nodes", self.reconciler.watch_nodes())
+            self._tasks.spawn("nodes", self.reconciler.watch_nodes(), root=True)
         if self.quotas is not None:
             self.quotas.want(self.ledger.namespaces())
-        self._spawn(self._tasks, "scheduler-sweep", self._sweep())
-        self._spawn(self._tasks, "scheduler-bind-phase", self.phases.run())
-        self._spawn(self._tasks, "scheduler-election", self.election.run())
+        self._tasks.spawn("sweep", self._sweep(), root=True)
+        self._tasks.spawn("bind-phase", self.phases.run(), root=True)
+        self._tasks.spawn("election", self.election.run(), root=True)
 
     async def stop(self) -> None:
-        await self._cancel(self._tasks)
+        await self._tasks.close()
         await self._deposed()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -225,18 +223,6 @@ class SchedulerApp:
         if self._own_kube and self.kube is not None:
             await self.kube.close()
 
-    async def run(self) -> None:
-        """Serve until cancelled or until an owned task dies."""
-        await self.start()
-        # The loaded ledger, inventory and modules live as long as the process: keep the cyclic GC
-        # from walking them again on every full collection.
-        gc.freeze()
-        try:
-            task = await self._ended.get()
-            log.error("task %s ended; stopping the scheduler", task.get_name(), exc_info=task.exception())
-        finally:
-            await self.stop()
-
     # --- wiring ----------------------------------------------------------------------------
 
     def _extender(self) -> Extender:
@@ -245,11 +231,11 @@ class SchedulerApp:
             binder=self.binder,
             pods=self.pods,
             metrics=self.metrics,
-            ready=lambda: self.state.ready,
-            emit=self.bus.emit,
+            state=self.state,
+            leadership=self.election,
+            forwarder=self.forwarder,
+            events=self.bus,
             clock=self.clock,
-            is_leader=lambda: self.election.is_leader,
-            forward=self.forwarder.forward,
             names=self.names,
         )
 
@@ -312,11 +298,14 @@ class SchedulerApp:
         await self.forwarder.serve(self.extender.bind_here)
         since = self.clock() - 2 * self.settings.lease_ttl_s
         self._verdicts = await self.reconciler.subscribe_verdicts(since)
-        self._spawn(self._leader_tasks, "scheduler-pods", self.reconciler.watch_pods())
+        if self.kube is None:
+            self.reconciler.pods_synced.set()  # no pods to watch
+        else:
+            self._leader_tasks.spawn("pods", self.reconciler.watch_pods(), root=True)
 
     async def _deposed(self) -> None:
         await self.forwarder.stop()
-        await self._cancel(self._leader_tasks)
+        await self._leader_tasks.close()
         for sub in self._verdicts:
             await sub.stop()
         self._verdicts = []
@@ -328,28 +317,23 @@ class SchedulerApp:
                 log.warning("reservation for %s/%s on %s lapsed", lapsed.namespace, lapsed.name, lapsed.node)
                 self.leases.wake(lapsed.node)
 
-    def _spawn(
-        self, where: dict[str, asyncio.Task[None]], name: str, coro: Coroutine[Any, Any, None]
-    ) -> None:
-        task = where[name] = asyncio.create_task(coro, name=name)
-        root = where is self._tasks
-        task.add_done_callback(lambda t: self._on_task_done(t, root=root))
-
-    def _on_task_done(self, task: asyncio.Task[None], *, root: bool) -> None:
-        # a leader task may end normally (no Kubernetes API); one that raised is a bug either way
-        if not task.cancelled() and (root or task.exception() is not None):
-            self._ended.put_nowait(task)
-
-    @staticmethod
-    async def _cancel(where: dict[str, asyncio.Task[None]]) -> None:
-        tasks = list(where.values())
-        where.clear()
-        await cancel_and_wait(*tasks, log_errors=False)  # _on_task_done reported any error
-
 
 def _bound_port(site: web.TCPSite) -> int:
     server: Any = site._server
     return int(server.sockets[0].getsockname()[1])
+
+
+async def run(settings: SchedulerSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
+    """The ``gpubus scheduler`` process: one replica until the lifetime ends (a signal, a dead task)."""
+    app = SchedulerApp(settings, bus_settings, on_fatal=lifetime.fail)
+    await app.start()
+    try:
+        # The loaded ledger, inventory and modules live as long as the process: keep the cyclic GC
+        # from walking them again on every full collection.
+        gc.freeze()
+        await lifetime.wait()
+    finally:
+        await app.stop()
 
 
 async def _kube_from(settings: SchedulerSettings) -> KubeApi | None:

@@ -1,9 +1,10 @@
 """Bind: turn kube-scheduler's choice of node into a decided, leased, ledgered and bound pod.
 
-The order is the agreed Allocate handoff (docs/HELPERS.md): Fit against the current ledger under a
-per-node lock and reserve the result in process; take the pod's ambiguity leases; write the DECIDED
-ledger entry and publish ``allocation.decided``; POST the Binding carrying the HAMi annotations in
-its own metadata (one atomic write). Any failure undoes what was done (reservation, entry + a
+The order is the Allocate handoff (``shared/handoff.py``; the README's node-agent section, "The
+Allocate handoff"): Fit against the current ledger under a per-node lock and reserve the result in
+process; take the pod's ambiguity leases; write the DECIDED ledger entry and publish
+``allocation.decided``; POST the Binding carrying the HAMi annotations in its own metadata (one
+atomic write). Any failure undoes what was done (reservation, entry + a
 released event, leases) and raises :class:`BindError` with a message for the pod's events.
 
 The decision that could over-commit is made here: Fit runs against the ledger and its result is
@@ -29,15 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from services.scheduler.errors import BindError
 from services.scheduler.fit import NodeFit
 from services.scheduler.leases import AllocLeases, LeaseTimeout
+from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.placement import Placement
+from services.scheduler.pod_cache import PodCache
 from services.scheduler.state import State
 from services.scheduler.wire import BindingArgs
 from shared import annotations as ann
@@ -49,39 +51,21 @@ from shared.requests import DEFAULT_NAMES, ResourceNames, pod_request
 
 log = logging.getLogger(__name__)
 
-#: Pods remembered from /filter so /bind needs no API read (bounded, oldest dropped first).
-POD_CACHE_SIZE = 4096
+class Leadership(Protocol):
+    """Whether this replica binds (:class:`~services.scheduler.leader.LeaderElection`)."""
+
+    @property
+    def is_leader(self) -> bool: ...
+    @property
+    def leader(self) -> str | None:
+        """The replica that binds, as far as this one knows."""
+        ...
 
 
-class PodCache:
-    """The last pods seen by filter, by UID, with the request parsed from each: prioritize and bind
-    reuse the parse, and bind reads the spec from here before asking the API."""
+class QuotaReader(Protocol):
+    """The namespace quotas (:class:`shared.quota_cache.QuotaCache`): wait for a namespace's first read."""
 
-    def __init__(self, size: int = POD_CACHE_SIZE) -> None:
-        self._pods: OrderedDict[str, tuple[Mapping[str, Any], PodRequest | None]] = OrderedDict()
-        self._size = size
-
-    def put(self, uid: str, pod: Mapping[str, Any], request: PodRequest | None = None) -> None:
-        if not uid:
-            return
-        self._pods[uid] = (pod, request)
-        self._pods.move_to_end(uid)
-        while len(self._pods) > self._size:
-            self._pods.popitem(last=False)
-
-    def request(self, pod: Mapping[str, Any]) -> PodRequest | None:
-        """The request parsed from this very pod (same UID and resourceVersion), if held."""
-        meta = pod.get("metadata")
-        if type(meta) is not dict:
-            return None
-        uid, version = meta.get("uid"), meta.get("resourceVersion")
-        held = self._pods.get(uid) if type(uid) is str and version else None
-        if held is None or held[1] is None:
-            return None
-        return held[1] if (held[0].get("metadata") or {}).get("resourceVersion") == version else None
-
-    def pop(self, uid: str) -> tuple[Mapping[str, Any], PodRequest | None] | None:
-        return self._pods.pop(uid, None)
+    async def ensure(self, namespace: str) -> object: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,25 +106,23 @@ class Binder:
         leases: AllocLeases,
         kube: KubeApi | None,
         pods: PodCache,
-        is_leader: Callable[[], bool],
-        leader_name: Callable[[], str | None],
+        leadership: Leadership,
+        metrics: SchedulerMetrics,
+        quotas: QuotaReader | None,
         options: BindOptions,
         clock: Callable[[], float] = time.time,
-        on_lease_wait: Callable[[float], None] | None = None,
-        quota_ready: Callable[[str], Awaitable[object]] | None = None,
     ) -> None:
         self._state = state
         self._placement = placement
         self._leases = leases
         self._kube = kube
         self._pods = pods
-        self._is_leader = is_leader
-        self._leader_name = leader_name
+        self._leadership = leadership
+        self._metrics = metrics
+        self._quotas = quotas
+        """Awaited with the pod's namespace before Fit: its ResourceQuota has been read once."""
         self._opt = options
         self._clock = clock
-        self._on_lease_wait = on_lease_wait
-        self._quota_ready = quota_ready
-        """Awaited with the pod's namespace before Fit: its ResourceQuota has been read once."""
         self._node_locks: dict[NodeName, asyncio.Lock] = {}
         self._in_flight: set[str] = set()
 
@@ -180,7 +162,7 @@ class Binder:
         bind. Synchronous, like the bind's own Fit-and-reserve step, so no Fit sees half of it.
         """
         uid = request.uid
-        if self._opt.provisional_ttl_s <= 0 or not self._is_leader() or uid in self._in_flight:
+        if self._opt.provisional_ttl_s <= 0 or not self._leadership.is_leader or uid in self._in_flight:
             return False
         self._drop_reserved(uid)  # an earlier filter's slice: Fit again without it
         if self._state.ledger.entry(uid) is not None:
@@ -195,11 +177,9 @@ class Binder:
 
     async def bind(self, args: BindingArgs) -> str:
         """Bind the pod; returns the outcome label. Raises BindError (nothing left held)."""
-        if not self._is_leader():
-            raise BindError(
-                "not_leader",
-                f"this scheduler replica is a standby; the leader ({self._leader_name() or 'unknown'}) binds",
-            )
+        if not self._leadership.is_leader:
+            leader = self._leadership.leader or "unknown"
+            raise BindError("not_leader", f"this scheduler replica is a standby; the leader ({leader}) binds")
         if self._kube is None:
             raise BindError("no_kube", "no Kubernetes API configured (--kubeconfig or --in-cluster)")
         pod, parsed = await self._pod(args)
@@ -218,8 +198,8 @@ class Binder:
         try:
             if await self._already_bound(args, pod, request, node, cached=parsed is not None):
                 return "already_bound"
-            if self._quota_ready is not None:
-                await self._quota_ready(request.namespace)
+            if self._quotas is not None:
+                await self._quotas.ensure(request.namespace)
             return await self._bind_gpu_pod(args, request, node)
         finally:
             self._in_flight.discard(uid)
@@ -242,8 +222,7 @@ class Binder:
                     f"{e}; gave up after {self._opt.bind_timeout_s:.0f}s "
                     f"(the node-agent has not run Allocate for it yet)",
                 ) from None
-            if self._on_lease_wait is not None:
-                self._on_lease_wait(time.monotonic() - started)
+            self._metrics.lease_wait_seconds.observe(time.monotonic() - started)
             # Set first: a decide that fails after its KV write (or whose event is still queued)
             # must be undone with a full release, so the node-agent sees released after decided.
             decided = True

@@ -1,12 +1,14 @@
 """The kube-scheduler extender HTTP API (aiohttp): /filter, /prioritize, /bind, /healthz, /readyz, /metrics.
 
-Handlers only decode, call placement/binder and encode. Errors map to the protocol here and nowhere
-else: kube-scheduler reads failures from the ``Error`` field of a 200 answer (and logs nothing useful
+Handlers only decode, call placement/binder and encode. Errors map to the protocol in one place,
+:meth:`Extender._failure`, the boundary every verb runs inside (:meth:`Extender._answer`, which also
+times it): kube-scheduler reads failures from the ``Error`` field of a 200 answer (and logs nothing useful
 for a non-200), so every filter/bind failure — oversized body, missing pod, unknown node, no fit,
 lease timeout — is HTTP 200 with ``Error`` set. Only a body that is not JSON at all gets 400 (no
 kube-scheduler sends one). ``/prioritize`` answers a bare list that has no ``Error`` field, so its
 bad input gets 400 with ``{"Error": ...}``; kube-scheduler ignores prioritize failures anyway.
-Every bad request is counted by kind; no input crashes a handler.
+Every bad request is counted by kind; no input crashes a handler, and a fault of ours is an answer
+in the protocol (counted as the ``error`` outcome, logged with its traceback), never aiohttp's 500 page.
 """
 
 from __future__ import annotations
@@ -14,15 +16,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from services.scheduler.binder import Binder, PodCache
+from services.scheduler.binder import Leadership
 from services.scheduler.errors import BindError, ExtenderInputError
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.placement import Placement
+from services.scheduler.pod_cache import PodCache
 from services.scheduler.wire import (
     MAX_BODY_BYTES,
     BadRequestKind,
@@ -39,7 +42,7 @@ from services.scheduler.wire import (
 )
 from shared.errors import AnnotationError, GpubusError, RequestError
 from shared.events import Event, PodUnschedulable
-from shared.model import NodeName, PodRequest
+from shared.model import NodeName, PodRequest, PodUID
 from shared.requests import DEFAULT_NAMES, ResourceNames, pod_request
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,38 @@ def _json(value: object, status: int = 200) -> web.Response:
     return web.Response(body=dumps(value), status=status, content_type="application/json")
 
 
+class PodBinder(Protocol):
+    """The bind side (:class:`~services.scheduler.binder.Binder`): filter's provisional slice and /bind."""
+
+    def drop_provisional(self, uid: PodUID) -> None: ...
+    def provisional(self, request: PodRequest, node: NodeName) -> bool: ...
+    def provisional_node(self, uid: PodUID) -> NodeName | None: ...
+    async def bind(self, args: BindingArgs) -> str: ...
+
+
+class Readiness(Protocol):
+    """Whether inventory and ledger are loaded (:class:`~services.scheduler.state.State`)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+
+class EventSink(Protocol):
+    """Where ``pod.unschedulable`` goes (:class:`shared.bus.Bus`)."""
+
+    def emit(self, event: Event) -> None: ...
+
+
+class Forwarder(Protocol):
+    """How a standby hands /bind to the leader (:class:`~services.scheduler.forward.BindForwarder`)."""
+
+    async def forward(self, args: BindingArgs) -> tuple[str, str]: ...
+
+
+#: A verb's work: the request in, the answer out; errors are raised to :meth:`Extender._answer`.
+Verb = Callable[[web.Request], Awaitable[web.Response]]
+
+
 class Extender:
     """The HTTP face of the scheduler; build the aiohttp app with :meth:`app`."""
 
@@ -58,27 +93,32 @@ class Extender:
         self,
         *,
         placement: Placement,
-        binder: Binder,
+        binder: PodBinder,
         pods: PodCache,
         metrics: SchedulerMetrics,
-        ready: Callable[[], bool],
-        emit: Callable[[Event], None] | None = None,
+        state: Readiness,
+        leadership: Leadership,
+        forwarder: Forwarder,
+        events: EventSink | None = None,
         names: ResourceNames = DEFAULT_NAMES,
         clock: Callable[[], float] = time.time,
-        is_leader: Callable[[], bool] = lambda: True,
-        forward: Callable[[BindingArgs], Awaitable[tuple[str, str]]] | None = None,
     ) -> None:
         self._placement = placement
         self._binder = binder
         self._pods = pods
         self._metrics = metrics
-        self._ready = ready
-        self._emit = emit
+        self._state = state
+        self._leadership = leadership
+        self._forwarder = forwarder
+        """A standby hands /bind to the leader through this (see :mod:`services.scheduler.forward`)."""
+        self._events = events
         self._names = names
         self._clock = clock
-        self._is_leader = is_leader
-        self._forward = forward
-        """A standby hands /bind to the leader through this (see :mod:`services.scheduler.forward`)."""
+        self._seconds = {
+            "filter": metrics.filter_seconds,
+            "prioritize": metrics.prioritize_seconds,
+            "bind": metrics.bind_seconds,
+        }
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -89,6 +129,48 @@ class Extender:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", make_aiohttp_handler(self._metrics.registry))
         return app
+
+    # --- the error boundary ----------------------------------------------------------------
+
+    async def filter(self, request: web.Request) -> web.Response:
+        return await self._answer("filter", self._filter, request)
+
+    async def prioritize(self, request: web.Request) -> web.Response:
+        return await self._answer("prioritize", self._prioritize, request)
+
+    async def bind(self, request: web.Request) -> web.Response:
+        return await self._answer("bind", self._bind, request)
+
+    async def _answer(self, verb: str, work: Verb, request: web.Request) -> web.Response:
+        """Run a verb, time it, and turn whatever it raises into the protocol's answer."""
+        started = time.perf_counter()
+        try:
+            return await work(request)
+        except Exception as e:
+            return self._failure(verb, e)
+        finally:
+            self._seconds[verb].observe(time.perf_counter() - started)
+
+    def _failure(self, verb: str, error: Exception) -> web.Response:
+        """The one place errors become extender answers. kube-scheduler reads a filter or bind
+        failure from the ``Error`` of a 200 answer; a body that is not JSON at all is a 400 (no
+        kube-scheduler sends one); prioritize's bare list has no ``Error``, so its failures are a
+        400 (bad input) or 500 (ours) with ``{"Error"}``. Bad input is counted by kind; our own
+        faults are counted as the ``error`` outcome and logged with their traceback."""
+        if isinstance(error, ExtenderInputError):
+            not_json = error.kind == BadRequestKind.NOT_JSON
+            self._metrics.bad_requests.labels(verb, error.kind).inc()
+            outcome = error.kind if not_json and verb == "bind" else "bad_request"
+            self._metrics.decisions.labels(verb, outcome).inc()
+            log.info("%s: refused a bad request (%s): %s", verb, error.kind, error)
+            status = 400 if not_json or verb == "prioritize" else 200
+            return _json(error_result(str(error)) if verb == "filter" else {"Error": str(error)}, status)
+        self._metrics.decisions.labels(verb, "error").inc()
+        log.exception("%s failed", verb)
+        message = f"internal error in the gpubus scheduler: {type(error).__name__}"
+        if verb == "filter":
+            return _json(error_result(message))
+        return _json({"Error": message}, 500 if verb == "prioritize" else 200)
 
     # --- shared decoding -------------------------------------------------------------------
 
@@ -101,12 +183,7 @@ class Extender:
             raise too_large(None) from None
         return load_body(body)
 
-    def _bad(self, verb: str, e: ExtenderInputError) -> None:
-        self._metrics.bad_requests.labels(verb, e.kind).inc()
-        self._metrics.decisions.labels(verb, "bad_request").inc()
-        log.info("%s: refused a bad request (%s): %s", verb, e.kind, e)
-
-    async def _args(self, request: web.Request, verb: str) -> tuple[ExtenderArgs, PodRequest]:
+    async def _args(self, request: web.Request) -> tuple[ExtenderArgs, PodRequest]:
         args = parse_extender_args(await self._body(request))
         parsed = self._pods.request(args.pod)  # prioritize follows filter with the same pod
         if parsed is not None:
@@ -118,24 +195,14 @@ class Extender:
 
     # --- verbs -----------------------------------------------------------------------------
 
-    async def filter(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        try:
-            return await self._filter(request)
-        except ExtenderInputError as e:
-            self._bad("filter", e)
-            return _json(error_result(str(e)), 400 if e.kind == BadRequestKind.NOT_JSON else 200)
-        finally:
-            self._metrics.filter_seconds.observe(time.perf_counter() - started)
-
     async def _filter(self, request: web.Request) -> web.Response:
-        args, pod = await self._args(request, "filter")
+        args, pod = await self._args(request)
         if not pod.wants_gpu:
             self._metrics.decisions.labels("filter", "passthrough").inc()
             return _json(
                 filter_result(passed=list(args.node_names), failed={}, unresolvable={}, nodes=args.nodes)
             )
-        if not self._ready():
+        if not self._state.ready:
             self._metrics.decisions.labels("filter", "not_ready").inc()
             return _json(error_result(NOT_READY))
         self._binder.drop_provisional(pod.uid)  # judged afresh, without its own earlier slice
@@ -163,18 +230,12 @@ class Extender:
         )
 
     def _unschedulable(self, pod: PodRequest, reasons: dict[str, str]) -> None:
-        if self._emit is not None:
-            self._emit(PodUnschedulable(namespace=pod.namespace, name=pod.name, uid=pod.uid, reasons=reasons))
+        if self._events is not None:
+            event = PodUnschedulable(namespace=pod.namespace, name=pod.name, uid=pod.uid, reasons=reasons)
+            self._events.emit(event)
 
-    async def prioritize(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        try:
-            args, pod = await self._args(request, "prioritize")
-        except ExtenderInputError as e:
-            self._bad("prioritize", e)
-            return _json({"Error": str(e)}, 400)
-        finally:
-            self._metrics.prioritize_seconds.observe(time.perf_counter() - started)
+    async def _prioritize(self, request: web.Request) -> web.Response:
+        args, pod = await self._args(request)
         if not pod.wants_gpu:
             scores = [(n, 0) for n in args.node_names]
         else:
@@ -184,28 +245,18 @@ class Extender:
         priorities: list[HostPriority] = [{"Host": n, "Score": s} for n, s in scores]
         return _json(priorities)
 
-    async def bind(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        try:
-            outcome, error = await self._bind(request)
-        finally:
-            self._metrics.bind_seconds.observe(time.perf_counter() - started)
+    async def _bind(self, request: web.Request) -> web.Response:
+        args = parse_binding_args(await self._body(request))
+        if self._leadership.is_leader:
+            outcome, error = await self.bind_here(args)
+        else:
+            outcome, error = await self._forwarder.forward(args)
         self._metrics.decisions.labels("bind", outcome).inc()
-        return _json({"Error": error}, 400 if outcome == BadRequestKind.NOT_JSON else 200)
-
-    async def _bind(self, request: web.Request) -> tuple[str, str]:
-        try:
-            args = parse_binding_args(await self._body(request))
-        except ExtenderInputError as e:
-            self._metrics.bad_requests.labels("bind", e.kind).inc()
-            return (BadRequestKind.NOT_JSON if e.kind == BadRequestKind.NOT_JSON else "bad_request"), str(e)
-        if self._forward is not None and not self._is_leader():
-            return await self._forward(args)
-        return await self.bind_here(args)
+        return _json({"Error": error})
 
     async def bind_here(self, args: BindingArgs) -> tuple[str, str]:
         """Bind in this replica (the leader; also what forwarded binds run): ``(outcome, Error)``."""
-        if not self._ready():
+        if not self._state.ready:
             return "not_ready", NOT_READY
         try:
             return await self._binder.bind(args), ""
@@ -222,6 +273,6 @@ class Extender:
         return web.Response(text="ok")
 
     async def readyz(self, _: web.Request) -> web.Response:
-        if self._ready():
+        if self._state.ready:
             return web.Response(text="ready")
         return web.Response(text="loading inventory and ledger", status=503)

@@ -1,4 +1,4 @@
-"""The Allocate ambiguity leases ``alloc.<node>.<n>`` (HELPERS.md handoff, contract item 1).
+"""The Allocate ambiguity leases ``alloc.<node>.<n>`` (the handoff of ``shared/handoff.py``).
 
 Before a pod is bound, it takes one lease per distinct per-container device count ``n`` of its GPU
 containers, in ascending order (no deadlock between two pods that need several). The node-agent

@@ -21,8 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from services.scheduler.binder import Binder
+from services.scheduler.bindphase import BindPhaseWriter
 from services.scheduler.leases import AllocLeases
-from services.scheduler.state import InputErrorCallback, State
+from services.scheduler.metrics import SchedulerMetrics
+from services.scheduler.state import State
 from shared import annotations as ann
 from shared.bus import Subscription
 from shared.errors import AnnotationError, BusUnavailable, RequestError
@@ -178,29 +181,26 @@ class Reconciler:
         leases: AllocLeases,
         kube: KubeApi | None,
         *,
+        binder: Binder,
+        phases: BindPhaseWriter,
+        metrics: SchedulerMetrics,
         scheduler_name: str,
-        in_flight: Callable[[str], bool],
-        on_release: Callable[[str], None],
-        on_adopt: Callable[[], None],
         clock: Callable[[], float] = time.time,
-        on_phase: Callable[[str, str, ann.BindPhase, str], object] | None = None,
-        on_input_error: InputErrorCallback = lambda source, kind: None,
         names: ResourceNames = DEFAULT_NAMES,
     ) -> None:
         self._state = state
         self._leases = leases
         self._kube = kube
-        self._scheduler_name = scheduler_name
-        self._in_flight = in_flight
-        self._on_release = on_release
-        self._on_adopt = on_adopt
-        self._clock = clock
-        self._on_phase = on_phase
+        self._binder = binder
+        """Its running binds: a pod being bound is alive even before its entry is written."""
+        self._phases = phases
         """Queues the ``hami.io/bind-phase`` patch (and node label) for a verdict; returns at once."""
+        self._metrics = metrics
+        """Counts releases by why, adoptions, and unusable input by source and kind: pods whose HAMi
+        annotations cannot be adopted, verdicts that do not match the entry they name."""
+        self._scheduler_name = scheduler_name
+        self._clock = clock
         self._names = names
-        self._on_input_error = on_input_error
-        """Counts unusable input by source and kind: pods whose HAMi annotations cannot be adopted,
-        verdicts that do not match the entry they name."""
         self._live: set[str] = set()
         self.pods_synced = asyncio.Event()
 
@@ -233,7 +233,7 @@ class Reconciler:
             self._phase(entry, ann.BindPhase.FAILED)
             await self._leases.release_for(entry.node, entry.devices, uid)
             self._leases.wake(entry.node)
-            self._on_release("allocation_failed")
+            self._metrics.released.labels("allocation_failed").inc()
             log.warning(
                 "pod %s/%s: Allocate failed on %s (%s); its slice is free again",
                 entry.namespace,
@@ -249,15 +249,14 @@ class Reconciler:
         if entry is None or entry.state is not AllocationState.DECIDED:
             return None
         if event.node != entry.node:
-            self._on_input_error(f"events/{event.KIND}", "wrong_node")
+            self._metrics.input_error(f"events/{event.KIND}", "wrong_node")
             log.warning("%s for pod %s came from node %r, but its entry is on %s; ignored",
                         event.KIND, uid, event.node, entry.node)
             return None
         return entry
 
     def _phase(self, entry: Allocation, phase: ann.BindPhase) -> None:
-        if self._on_phase is not None:
-            self._on_phase(entry.namespace, entry.name, phase, entry.node)
+        self._phases.submit(entry.namespace, entry.name, phase, entry.node)
 
     # --- pods ------------------------------------------------------------------------------
 
@@ -282,7 +281,7 @@ class Reconciler:
         return slim_pod(
             pod,
             scheduler_name=self._scheduler_name,
-            known=lambda uid: ledger.entry(PodUID(uid)) is not None or self._in_flight(uid),
+            known=lambda uid: ledger.entry(PodUID(uid)) is not None or self._binder.binding(uid),
             names=self._names,
         )
 
@@ -296,7 +295,7 @@ class Reconciler:
         for entry in list(self._state.ledger.entries()):
             if (
                 entry.pod_uid in self._live
-                or self._in_flight(entry.pod_uid)
+                or self._binder.binding(entry.pod_uid)
                 or entry.state is AllocationState.RESERVED
                 or entry.decided_at > listed_at
             ):
@@ -320,7 +319,7 @@ class Reconciler:
                 await self.release(PodUID(uid), "pod deleted" if kind == "DELETED" else "pod finished")
             return
         self._live.add(uid)
-        if self._state.ledger.entry(PodUID(uid)) is None and not self._in_flight(uid):
+        if self._state.ledger.entry(PodUID(uid)) is None and not self._binder.binding(uid):
             await self._adopt(pod)
 
     async def _adopt(self, pod: Mapping[str, Any]) -> None:
@@ -328,14 +327,14 @@ class Reconciler:
             allocation = adoptable(pod, self._names)
         except AnnotationError as e:
             meta = pod.get("metadata") or {}
-            self._on_input_error("pods", "bad_devices_annotation")
+            self._metrics.input_error("pods", "bad_devices_annotation")
             log.warning("pod %s/%s: cannot adopt, %s", meta.get("namespace"), meta.get("name"), e)
             return
         if allocation is None:
             return
         try:
             if await self._state.adopt(allocation):
-                self._on_adopt()
+                self._metrics.adopted.inc()
                 log.info(
                     "adopted %s/%s on %s from its HAMi annotations",
                     allocation.namespace,
@@ -355,7 +354,7 @@ class Reconciler:
             return
         await self._leases.release_for(held.node, held.devices, uid)
         self._leases.wake(held.node)
-        self._on_release(why.split(":", maxsplit=1)[0].replace(" ", "_"))
+        self._metrics.released.labels(why.split(":", maxsplit=1)[0].replace(" ", "_")).inc()
 
     # --- nodes -----------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ Nothing else in the webhook constructs long-lived resources.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 from dataclasses import dataclass, field
@@ -23,8 +22,9 @@ from shared.bus import BusSettings
 from shared.bus.metrics import BusStatsCollector
 from shared.kube import KubeClient
 from shared.kube_config import kube_client
+from shared.lifetime import Lifetime
 from shared.quota_cache import READ_FAILED, QuotaCache
-from shared.service import bound_port, on_stop_signals
+from shared.service import bound_port
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +117,14 @@ def _quotas(
     )
 
 
-async def run(settings: WebhookSettings, bus_settings: BusSettings) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
-    stop = asyncio.Event()
-    on_stop_signals(stop.set)
+async def run(settings: WebhookSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
+    """Serve until the lifetime ends (SIGTERM or SIGINT), then shut down cleanly."""
     webhook = await Webhook.start(settings, bus_settings)
     # Everything built so far lives as long as the process: keep the cyclic GC from rescanning it on
     # every collection, which otherwise shows up as admission tail latency.
     gc.freeze()
     try:
-        await stop.wait()
+        await lifetime.wait()
     finally:
         log.info("webhook shutting down")
         await webhook.close()

@@ -6,6 +6,7 @@ Only option parsing lives here: every flag maps to a :class:`WebhookSettings` fi
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
@@ -69,7 +70,7 @@ def webhook(
         settings.admission()  # validates the core policy before anything starts
         bus = common.bus("gpubus-webhook")
     setup_logging(settings.log_level, settings.log_json)
-    run_service("webhook", run(settings, bus))
+    run_service("webhook", functools.partial(run, settings, bus))
 
 
 def register(app: typer.Typer) -> None:

@@ -21,8 +21,8 @@ from test_node_agent_rig import Rig, rig
 from gpubus_sim.kubelet import AdmissionError
 from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from services.node_agent.app import health_subject
 from services.node_agent.errors import PluginSocketError
+from services.node_agent.health import health_subject
 from shared.bus import INVENTORY, Bus
 from shared.events import AllocationFailed
 from shared.model import Allocation, ContainerDevice, DeviceUUID

@@ -19,8 +19,8 @@ from gpubus_sim.apiserver import SimApiServer
 from gpubus_sim.kube import SimKubeClient
 from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
-from services.node_agent.app import health_subject
 from services.node_agent.discovery import HealthChange
+from services.node_agent.health import health_subject
 from shared.annotations import NODE_REGISTER
 from shared.bus import INVENTORY, Bus
 from shared.events import DeviceHealth, Inventory

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from services.scheduler.binder import PodCache
+from services.scheduler.pod_cache import PodCache
 from services.scheduler.reconcile import adoptable, slim_pod
 from shared import annotations as ann
 from shared.errors import AnnotationError

@@ -163,7 +163,7 @@ async def test_concurrent_askers_share_one_read() -> None:
 
 
 async def test_a_failing_api_is_counted_keeps_the_last_good_view_and_is_retried_later() -> None:
-    source, clock, errors = FakeQuotas(), Clock(), []
+    source, clock, errors = FakeQuotas(), Clock(), list[str]()
     source.items["team"] = [quota("q", {f"limits.{MEM}": 500})]  # type: ignore[list-item]
     cache = cache_of(source, clock, errors, ttl_s=10.0, error_ttl_s=1.0)
     good = await cache.fresh("team")
@@ -180,7 +180,7 @@ async def test_a_failing_api_is_counted_keeps_the_last_good_view_and_is_retried_
 
 
 async def test_a_hanging_api_times_out_and_is_counted() -> None:
-    source, clock, errors = FakeQuotas(), Clock(), []
+    source, clock, errors = FakeQuotas(), Clock(), list[str]()
     source.gate.clear()
     cache = cache_of(source, clock, errors, timeout_s=0.05)
     assert await cache.fresh("team") is None and await cache.ensure("team") is None
@@ -188,7 +188,7 @@ async def test_a_hanging_api_times_out_and_is_counted() -> None:
 
 
 async def test_bad_limits_are_counted_when_the_quota_changes_not_at_every_read() -> None:
-    source, clock, errors = FakeQuotas(), Clock(), []
+    source, clock, errors = FakeQuotas(), Clock(), list[str]()
     source.items["team"] = [quota("q", {f"limits.{MEM}": "junk"})]  # type: ignore[list-item]
     cache = cache_of(source, clock, errors, ttl_s=0.0)
     await cache.fresh("team")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.scheduler.command import ENV_PREFIX as SCHEDULER_ENV_PREFIX
+from services.scheduler.cli import ENV_PREFIX as SCHEDULER_ENV_PREFIX
 from services.scheduler.settings import SchedulerSettings
 from services.webhook.settings import ENV_PREFIX as WEBHOOK_ENV_PREFIX
 from services.webhook.settings import WebhookSettings

@@ -35,8 +35,9 @@ from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import Inventory
 from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import decode_entry
+from shared.lifetime import Lifetime
 from shared.model import Allocation
-from shared.service import bound_port, on_stop_signals
+from shared.service import bound_port
 from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -215,22 +216,17 @@ def _fields(stats: DashboardStats) -> dict[str, int]:
     return {name: getattr(stats, name) for name in DashboardStats.__dataclass_fields__}
 
 
-async def run(settings: DashboardSettings, bus_settings: BusSettings) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
-    stop = asyncio.Event()
-    on_stop_signals(stop.set)
+async def run(settings: DashboardSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
+    """Serve until the lifetime ends (SIGTERM or SIGINT), then shut down cleanly."""
     bus = await Bus.connect(bus_settings, source="dashboard")
     try:
         dashboard = await Dashboard.start(settings, bus)
-        stopping = asyncio.create_task(stop.wait(), name="dashboard-stop")
-        try:  # until SIGTERM, or until following the stream fails for a reason other than NATS away
+        # until the lifetime ends, or until following the stream fails for a reason other than NATS away
+        try:
             assert dashboard.following is not None
-            await asyncio.wait({stopping, dashboard.following}, return_when=asyncio.FIRST_COMPLETED)
-            if dashboard.following.done() and not dashboard.following.cancelled():
-                dashboard.following.result()  # raises what ended it; a clean end means it follows now
-            await stopping
+            await dashboard.following  # raises what ended it; a clean end means it follows now
+            await lifetime.wait()
         finally:
-            await cancel_and_wait(stopping)
             log.info("dashboard shutting down")
             await dashboard.close()
     finally:

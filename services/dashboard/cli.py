@@ -7,6 +7,7 @@ There is no ``--kubeconfig``: the dashboard reads NATS only.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
@@ -61,7 +62,7 @@ def dashboard(  # noqa: PLR0917 - typer maps parameters to the command line
         settings = load_settings(DashboardSettings, cli=cli, env_prefix=ENV_PREFIX, file=config)
         bus = load_bus_settings("gpubus-dashboard", url=nats_url, creds_file=nats_creds, tls_ca=nats_tls_ca)
     setup_logging(settings.log_level, settings.log_json)
-    run_service("dashboard", run(settings, bus))
+    run_service("dashboard", functools.partial(run, settings, bus))
 
 
 def register(app: typer.Typer) -> None:

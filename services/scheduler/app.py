@@ -209,6 +209,17 @@ class SchedulerApp:
         self._tasks.spawn("bind-phase", self.phases.run(), root=True)
         self._tasks.spawn("election", self.election.run(), root=True)
 
+    async def serve(self, lifetime: Lifetime) -> None:
+        """Start, serve until the lifetime ends, stop (give the app ``on_fatal=lifetime.fail``)."""
+        await self.start()
+        try:
+            # The loaded ledger, inventory and modules live as long as the process: keep the cyclic
+            # GC from walking them again on every full collection.
+            gc.freeze()
+            await lifetime.wait()
+        finally:
+            await self.stop()
+
     async def stop(self) -> None:
         await self._tasks.close()
         await self._deposed()
@@ -325,15 +336,7 @@ def _bound_port(site: web.TCPSite) -> int:
 
 async def run(settings: SchedulerSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """The ``gpubus scheduler`` process: one replica until the lifetime ends (a signal, a dead task)."""
-    app = SchedulerApp(settings, bus_settings, on_fatal=lifetime.fail)
-    await app.start()
-    try:
-        # The loaded ledger, inventory and modules live as long as the process: keep the cyclic GC
-        # from walking them again on every full collection.
-        gc.freeze()
-        await lifetime.wait()
-    finally:
-        await app.stop()
+    await SchedulerApp(settings, bus_settings, on_fatal=lifetime.fail).serve(lifetime)
 
 
 async def _kube_from(settings: SchedulerSettings) -> KubeApi | None:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 from asyncwait import wait_until
 from bus_settings import bus_settings
 from scheduler_harness import (
@@ -36,8 +37,10 @@ from services.scheduler.app import SchedulerApp
 from services.scheduler.forward import BIND_SUBJECT
 from shared import annotations as ann
 from shared.bus import ALLOCATIONS, INVENTORY, Bus
+from shared.errors import TaskDied
 from shared.events import AllocationApplied, AllocationFailed, Inventory
 from shared.ledger_entries import encode_allocation
+from shared.lifetime import Lifetime, run_until_stopped
 from shared.model import (
     Allocation,
     AllocationState,
@@ -212,15 +215,22 @@ async def test_an_unusable_forwarded_bind_gets_a_clear_error_and_is_counted(
 async def test_an_owned_task_that_raises_stops_the_scheduler(
     bus: Bus, nats_url: str, api: SimApiServer, tmp_path: Path
 ) -> None:
-    app = SchedulerApp(
-        scheduler_settings(api.write_kubeconfig(tmp_path / "kubeconfig")), bus_settings(nats_url)
-    )
-    running = asyncio.create_task(app.run(), name="scheduler-under-test")
-    await wait_until(lambda: hasattr(app, "election") and app.election.is_leader, what="leadership")
+    apps: list[SchedulerApp] = []
+
+    async def serve(lifetime: Lifetime) -> None:
+        settings = scheduler_settings(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        apps.append(SchedulerApp(settings, bus_settings(nats_url), on_fatal=lifetime.fail))
+        await apps[0].serve(lifetime)
+
+    running = asyncio.create_task(run_until_stopped(serve, signals=False), name="scheduler-under-test")
+    await wait_until(lambda: bool(apps) and hasattr(apps[0], "election") and apps[0].election.is_leader,
+                     what="leadership")
+    app = apps[0]
 
     async def broken() -> None:
         raise RuntimeError("the pod watch broke")
 
-    app._spawn(app._leader_tasks, "scheduler-broken", broken())
-    await asyncio.wait_for(running, timeout=10.0)
+    app._leader_tasks.spawn("broken", broken(), root=True)
+    with pytest.raises(TaskDied, match="task scheduler-leader:broken died: RuntimeError"):
+        await asyncio.wait_for(running, timeout=10.0)
     assert not app.state.ready and not app.election.is_leader

@@ -8,7 +8,7 @@ Case matrix:
 - placement: a pod over the memory quota fails every node with ``ResourceQuotaNotFit`` (filter and
   decide); a pod's own entry does not count against it; memoryFactor scales the limit; an explicit
   0 blocks; a cores quota; no quota keeps the fast path's answer;
-(the cache in front of the API is tests/unit/test_quota_cache.py's).
+(the cache in front of the API is tests/unit/test_quota.py's).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ lives in its module.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -77,9 +76,8 @@ class _NoDevices:
         return ()
 
     async def health_changes(self) -> AsyncIterator[HealthChange]:
-        # no GPUs, no changes: the stream stays open like a real source's (its end would be fatal)
-        never: asyncio.Future[HealthChange] = asyncio.get_running_loop().create_future()
-        yield await never
+        return
+        yield  # makes this an async generator that ends at once
 
     async def close(self) -> None:
         return None

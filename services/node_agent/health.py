@@ -12,6 +12,7 @@ Must not know the kubelet, decisions or leases.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -77,9 +78,14 @@ class Health:
         return isinstance(self._source, HealthInjector)
 
     async def follow(self) -> None:
-        """Apply the source's health changes as they come (an owned task; the stream ends with the source)."""
+        """Apply the source's health changes as they come, until the agent stops (an owned root task).
+
+        A stream may end early without anything being wrong (NVML with health checks disabled, a
+        node without GPUs): then there is nothing more to follow, and the task waits for the stop
+        instead of ending, which would stop the agent."""
         async for change in self._source.health_changes():
             self.apply(change)
+        await asyncio.get_running_loop().create_future()
 
     def apply(self, change: HealthChange) -> None:
         if not self._advertised.apply(change):

@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpubus.natsserver import free_port
 from gpubus.stack import Stack, StackSpec
 from gpubus.stack_check import replay_overcommit
 from gpubus.stack_pods import percentile
@@ -165,7 +166,8 @@ async def main(args: argparse.Namespace) -> None:
                  "kube-scheduler": (*extra["kube-scheduler"], "--profile", str(data / "kube-scheduler.prof"))}
     spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,
                      pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra,
-                     single_node_filter=args.single_node_filter, agents_apart=True)
+                     single_node_filter=args.single_node_filter, agents_apart=True,
+                     nats_args=("-m", str(monitor_port := free_port())))
     stack = Stack(spec)
     t = time.monotonic()
     await stack.start()
@@ -181,7 +183,7 @@ async def main(args: argparse.Namespace) -> None:
         pods = [make_pod(i, rng, args.mix, args.duration) for i in range(args.pods)]
         pids = {n: c.pid for n, c in stack.children.items()}
         pids["nats"] = stack.nats.pid if stack.nats else None
-        cpu0 = {n: cpu_seconds(pid) for n, pid in pids.items()}
+        cpu0, msgs0 = {n: cpu_seconds(pid) for n, pid in pids.items()}, await nats_messages(monitor_port)
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         submitted: dict[str, float] = {}
         errors: list[str] = []
@@ -196,9 +198,11 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.sleep(0.2)
         wall = max(observer.started.values(), default=time.time()) - wall0
         cpu = {n: cpu_seconds(pid) - cpu0[n] for n, pid in pids.items()}
+        messages = messages_line(msgs0, await nats_messages(monitor_port), len(observer.started))
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu["bench"] = self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
         report(args, submitted, observer, errors, offered_s, wall, cpu)
+        print(messages)
         print("extender answers: " + await extender_answers(stack))
         events = await replay_events(stack.nats_url)
         problems = replay_overcommit(events)
@@ -224,6 +228,35 @@ async def extender_answers(stack: Stack) -> str:
             counts += [f"{s.labels['verb']} {s.labels['outcome']}={s.value:.0f}"
                        for s in family.samples if s.name.endswith("_total") and s.value]
     return ", ".join(sorted(counts)) or "none"
+
+
+async def nats_messages(port: int) -> dict[str, tuple[int, int]]:
+    """Messages each client sent and received so far, by connection name, from nats-server's ``/connz``."""
+    async with aiohttp.ClientSession() as session, \
+            session.get(f"http://127.0.0.1:{port}/connz?limit=4096") as response:
+        body = await response.json()
+    counts: dict[str, tuple[int, int]] = {}
+    for conn in body.get("connections") or []:
+        sent, received = counts.get(conn.get("name") or "?", (0, 0))
+        # the server's "in" is what the client sent it, its "out" what it delivered to the client
+        counts[conn.get("name") or "?"] = (sent + conn["in_msgs"], received + conn["out_msgs"])
+    return counts
+
+
+#: Connection names of the processes whose NATS traffic the bench reports.
+_NATS_CLIENTS = {"scheduler": "gpubus-scheduler", "node-agents": "gpubus-sim-agents",
+                 "kubelets+monitor": "gpubus-sim-hosts", "webhook": "gpubus-webhook"}
+
+
+def messages_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], started: int) -> str:
+    """NATS messages per started pod, sent/received, of each process (a publish awaited for its ack
+    is one sent and one received; acks of consumed messages count as sent)."""
+    parts = []
+    for label, name in _NATS_CLIENTS.items():
+        (sent0, received0), (sent1, received1) = before.get(name, (0, 0)), after.get(name, (0, 0))
+        per_pod = max(started, 1)
+        parts.append(f"{label} {(sent1 - sent0) / per_pod:.1f}/{(received1 - received0) / per_pod:.1f}")
+    return "NATS messages per started pod, sent/received: " + ", ".join(parts)
 
 
 def steady_rate(starts: list[float]) -> str:

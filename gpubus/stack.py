@@ -78,6 +78,8 @@ class StackSpec:
     """Forget the event history and KV state of an earlier run (the embedded NATS store)."""
     single_node_filter: bool = False
     """HAMi mode: the extender's filter answers only the best node, so kube-scheduler skips /prioritize."""
+    nats_args: tuple[str, ...] = ()
+    """Extra flags for the embedded nats-server (``bench/e2e.py``: its monitoring port, to count messages)."""
     agents_apart: bool = False
     """Run the node-agents in a process of their own (``agents``) beside the kubelets' (``nodes``),
     so their CPU is measured apart (``bench/e2e.py``); the nodes then answer no control requests."""
@@ -299,7 +301,8 @@ class Stack:
                 shutil.rmtree(hosts_dir(self.data_dir), ignore_errors=True)
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:
-                self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port)
+                self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port,
+                                         extra_args=self.spec.nats_args)
                 self._nats_starting = asyncio.create_task(asyncio.to_thread(self.nats.start),
                                                           name="nats-start")
                 await asyncio.shield(self._nats_starting)

@@ -108,8 +108,13 @@ async def test_inventory_is_published_and_kept_in_kv(bus: Bus) -> None:
         assert {(d.type, d.devmem, d.count, d.health) for d in event.devices} == {
             ("NVIDIA-A100-SXM4-80GB", 81920, 4, True)
         }
-        entry = await (await bus.kv(INVENTORY)).get(r.node)
-        assert entry is not None and msgpack.unpackb(entry.value)["devices"][0]["id"] == r.gpus[0]
+        kv = await bus.kv(INVENTORY)
+
+        async def stored() -> bool:  # the event goes out first, the KV write right after it
+            entry = await kv.get(r.node)
+            return entry is not None and msgpack.unpackb(entry.value)["devices"][0]["id"] == r.gpus[0]
+
+        await wait_until(stored, what="inventory in KV")
 
 
 async def test_node_register_annotation_is_written_in_hamis_json_and_follows_health(

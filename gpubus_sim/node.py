@@ -25,7 +25,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +37,7 @@ from gpubus_sim.log_files import PodLogFiles
 from shared.errors import GpubusError
 from shared.kube import Conflict, KubeApi, NotFound, list_and_watch_pods
 from shared.kube_types import Container, Node, Pod
+from shared.lifetime import FatalCallback, TaskSet
 from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ class SimNode:
 
     def __init__(self, settings: SimNodeSettings, kube: SimNodeKube, *,
                  on_admitted: Callable[[Admitted], None] | None = None,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 on_fatal: FatalCallback | None = None) -> None:
         self.settings = settings
         self.node = settings.node
         self.kube = kube
@@ -199,9 +200,9 @@ class SimNode:
         self.events = EventRecorder(kube, {"component": "kubelet", "host": settings.node}, settings.events)
         self.logs = PodLogFiles(settings.log_dir) if settings.log_dir is not None else None
         self._on_admitted = on_admitted
-        self._on_fatal = on_fatal
         self._pods: dict[str, asyncio.Task[None]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet(f"sim-node/{self.node}", on_fatal)
+        """The node's loops: one that ends stops the simulated node (``on_fatal``)."""
         self.synced = asyncio.Event()
         self.admitted = 0
         self.failed = 0
@@ -210,32 +211,19 @@ class SimNode:
     async def start(self) -> None:
         await self.kubelet.start()
         await self._register_node()
-        self._spawn("events", self.events.run())
-        self._spawn("pods", self._watch_pods())
-        self._spawn("capacity", self._capacity_loop())
+        self._tasks.spawn("events", self.events.run(), root=True)
+        self._tasks.spawn("pods", self._watch_pods(), root=True)
+        self._tasks.spawn("capacity", self._capacity_loop(), root=True)
 
     async def stop(self) -> None:
-        tasks = self._tasks + list(self._pods.values())
-        self._tasks, self._pods = [], {}
-        await cancel_and_wait(*tasks)
+        pods, self._pods = list(self._pods.values()), {}
+        await self._tasks.close()
+        await cancel_and_wait(*pods)
         await self.kubelet.stop()
 
     async def restart_kubelet(self) -> None:
         """As a kubelet restart: sockets deleted and re-created, plugins must register again."""
         await self.kubelet.restart()
-
-    def _spawn(self, what: str, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro, name=f"sim-node/{self.node}/{what}")
-        task.add_done_callback(self._loop_ended)
-        self._tasks.append(task)
-
-    def _loop_ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task not in self._tasks:
-            return
-        error = task.exception() or RuntimeError(f"{task.get_name()} ended")
-        log.error("simulated node loop %s died: %r", task.get_name(), error)
-        if self._on_fatal is not None:
-            self._on_fatal(error)
 
     # -- the Node object ---------------------------------------------------------------------------
     def _node_object(self) -> Node:

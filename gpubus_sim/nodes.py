@@ -40,6 +40,7 @@ from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
 from shared.bus import Bus, BusSettings
 from shared.events import node_token
+from shared.lifetime import FatalCallback
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,13 @@ def control_subject(node: str) -> str:
 
 
 def build_monitor(spec: NodesSpec, names: list[str], bus: Bus | None,
-                  sims: Mapping[str, SimNode]) -> MonitorApp:
+                  sims: Mapping[str, SimNode], on_fatal: FatalCallback | None = None) -> MonitorApp:
     """The monitor of every node; its /metrics also counts the kubelets' events
-    (``gpubus_sim_events_*_total``, summed over ``sims``)."""
+    (``gpubus_sim_events_*_total``, summed over ``sims``). A monitor loop that ends is ``on_fatal``."""
     monitor = MonitorApp.build(MonitorSettings(
         nodes=tuple(names), sources=("sim",), metrics_bind="127.0.0.1",
         metrics_port=spec.metrics_port, interval_s=spec.monitor_interval_s,
-        publish_interval_s=spec.monitor_interval_s, cleanup_interval_s=0), bus)
+        publish_interval_s=spec.monitor_interval_s, cleanup_interval_s=0), bus, on_fatal=on_fatal)
     monitor.registry.register(RecorderStatsCollector(lambda: [sim.events.stats for sim in sims.values()]))
     return monitor
 
@@ -154,7 +155,7 @@ class SimCluster:
             await sim.kubelet.wait_for(_has_devices(sim), timeout=60.0)
             await asyncio.wait_for(sim.synced.wait(), 60.0)
             log.debug("node %s registered", node)
-        self.monitor = build_monitor(self.spec, self.names, self.bus, self.sims)
+        self.monitor = build_monitor(self.spec, self.names, self.bus, self.sims, self._on_fatal)
         await self.monitor.start()
 
     async def _start_host(self, i: int, node: str, source: SimulatedSource) -> None:

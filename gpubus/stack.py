@@ -27,6 +27,7 @@ from pathlib import Path
 
 import aiohttp
 
+from gpubus.natscluster import EmbeddedCluster
 from gpubus.natsserver import (
     DEFAULT_PORT,
     EmbeddedNats,
@@ -53,6 +54,13 @@ class StackError(RuntimeError):
     """The stack could not start, or a part of it died."""
 
 
+def default_replicas(spec: StackSpec) -> int:
+    """What ``--nats-replicas`` defaults to: 3 on an embedded cluster of 3+ servers, else 1."""
+    if spec.nats_replicas is not None:
+        return spec.nats_replicas
+    return 3 if spec.nats_cluster >= 3 and not spec.nats_url else 1
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StackSpec:
     """What ``gpubus up`` brings up."""
@@ -64,7 +72,12 @@ class StackSpec:
     nats_url: str | None = None
     """Use this NATS instead of starting one."""
     nats_port: int = DEFAULT_PORT
-    """Port of the embedded NATS (0 = any free port)."""
+    """Port of the embedded NATS (0 = any free port); a cluster's servers listen on it and the next ones."""
+    nats_cluster: int = 1
+    """Embedded NATS servers: 1, or a JetStream cluster of this many over loopback routes (3 for HA)."""
+    nats_replicas: int | None = None
+    """Copies of the event stream and buckets (``BusSettings.replicas``); None = 3 on an embedded
+    cluster of 3 or more servers, else 1."""
     port_base: int = DEFAULT_PORT_BASE
     """API server = base, webhook = base+1, extender = base+2, monitor = base+3, dashboard = base+4;
     0 = free ports."""
@@ -228,7 +241,7 @@ class Stack:
     def __init__(self, spec: StackSpec) -> None:
         self.spec = spec
         self.data_dir = spec.data_dir.resolve()
-        self.nats: EmbeddedNats | None = None
+        self.nats: EmbeddedNats | EmbeddedCluster | None = None
         self.children: dict[str, Child] = {}
         self.ports: Ports | None = None
         self.tls: WebhookTLS | None = None
@@ -261,6 +274,12 @@ class Stack:
         assert self.nats is not None
         return self.nats.url
 
+    @property
+    def nats_cluster(self) -> EmbeddedCluster:
+        """The embedded cluster (``nats_cluster`` > 1), to kill and revive its servers in fault tests."""
+        assert isinstance(self.nats, EmbeddedCluster), "the stack runs no embedded NATS cluster"
+        return self.nats
+
     def node_names(self) -> list[str]:
         return [f"{self.spec.node_prefix}-{i}" for i in range(1, self.spec.nodes + 1)]
 
@@ -268,7 +287,9 @@ class Stack:
         assert self.ports is not None
         p = self.ports
         return {
-            "NATS": self.nats_url,
+            "NATS": self.nats_url + (
+                f"  (cluster of {self.spec.nats_cluster}, R{default_replicas(self.spec)})"
+                if isinstance(self.nats, EmbeddedCluster) else ""),
             "kubeconfig": str(self.kubeconfig),
             "API server": f"http://127.0.0.1:{p.apiserver}",
             "webhook": f"https://127.0.0.1:{p.webhook}/mutate  (/metrics)",
@@ -301,8 +322,11 @@ class Stack:
                 shutil.rmtree(hosts_dir(self.data_dir), ignore_errors=True)
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:
-                self.nats = EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port,
-                                         extra_args=self.spec.nats_args)
+                self.nats = (EmbeddedCluster(self.data_dir / "nats", size=self.spec.nats_cluster,
+                                             port=self.spec.nats_port, extra_args=self.spec.nats_args)
+                             if self.spec.nats_cluster > 1 else
+                             EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port,
+                                          extra_args=self.spec.nats_args))
                 self._nats_starting = asyncio.create_task(asyncio.to_thread(self.nats.start),
                                                           name="nats-start")
                 await asyncio.shield(self._nats_starting)
@@ -372,6 +396,7 @@ class Stack:
         await child.wait_ready(self.spec.ready_timeout_s)
 
     async def restart_nats(self) -> None:
+        """Restart the embedded NATS (a cluster: one server after another)."""
         assert self.nats is not None, "restart_nats needs the embedded NATS"
         await asyncio.to_thread(self.nats.restart)
 
@@ -383,6 +408,7 @@ class Stack:
         assert self.ports is not None and self.tls is not None
         p, s, run, logs = self.ports, self.spec, self.data_dir / "run", self.data_dir / "logs"
         nats = self.nats_url
+        replicas = ("--nats-replicas", str(default_replicas(s)))
         extra = s.extra_args
         ca_ctx = ssl.create_default_context(cafile=str(self.tls.ca_cert))
         control = Child("control", self._gpubus(
@@ -400,18 +426,18 @@ class Stack:
             run / "kube-scheduler.ready")
         webhook = Child("webhook", self._gpubus(
             "webhook", "--bind", "127.0.0.1", "--port", str(p.webhook), "--cert", str(self.tls.cert),
-            "--key", str(self.tls.key), "--kubeconfig", str(self.kubeconfig), "--nats", nats,
+            "--key", str(self.tls.key), "--kubeconfig", str(self.kubeconfig), "--nats", nats, *replicas,
             "--scheduler-name", SCHEDULER_NAME, "--log-level", s.log_level, *extra.get("webhook", ())),
             logs / "webhook.log", _http_probe(f"https://127.0.0.1:{p.webhook}/healthz", ca_ctx))
         scheduler = Child("scheduler", self._gpubus(
             "scheduler", "--bind", "127.0.0.1", "--port", str(p.scheduler),
             "--kubeconfig", str(self.kubeconfig),
-            "--nats", nats, "--scheduler-name", SCHEDULER_NAME, "--log-level", s.log_level,
+            "--nats", nats, *replicas, "--scheduler-name", SCHEDULER_NAME, "--log-level", s.log_level,
             *(("--single-node-filter",) if s.single_node_filter else ()), *extra.get("scheduler", ())),
             logs / "scheduler.log", _http_probe(f"http://127.0.0.1:{p.scheduler}/readyz"))
         nodes_args = ["sim-nodes", "--nodes", str(s.nodes), "--devices", s.devices, "--prefix", s.node_prefix,
                       "--split-count", str(s.split_count), "--kubeconfig", str(self.kubeconfig),
-                      "--nats", nats, "--log-level", s.log_level]
+                      "--nats", nats, *replicas, "--log-level", s.log_level]
         apart: list[Child] = []
         if s.agents_apart:
             hosts = str(hosts_dir(self.data_dir))

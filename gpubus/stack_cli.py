@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from gpubus import options, simulator
+from gpubus.natscluster import MAX_SERVERS
 from gpubus.natsserver import DEFAULT_PORT, NatsServerError
 from gpubus.stack import (
     DEFAULT_PORT_BASE,
@@ -29,6 +30,7 @@ from gpubus.stack import (
 )
 from gpubus.stack_datadir import DataDirBusy, DataDirError
 from services.node_agent.settings import MAX_SPLIT_COUNT
+from shared.bus.settings import MAX_REPLICAS
 from shared.errors import BadInput, GpubusError
 from shared.logs import setup_logging
 
@@ -78,6 +80,12 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
                                     help="Use this NATS URL instead of starting one.")] = None,
     nats_port: Annotated[int, Opt(min=0, max=MAX_PORT, help="Port of the embedded NATS (0 = any).")]
     = DEFAULT_PORT,
+    nats_cluster: Annotated[int, Opt(min=1, max=MAX_SERVERS,
+                                     help="Embedded NATS servers: 3 runs a JetStream cluster on ports "
+                                          "--nats-port, +1, +2 (replicas default to 3).")] = 1,
+    nats_replicas: Annotated[int | None, Opt(min=1, max=MAX_REPLICAS,
+                                             help="Copies of the event stream and KV buckets "
+                                                  "(default: 3 on a cluster, else 1).")] = None,
     data_dir: Annotated[Path, Opt(parser=options.data_dir, metavar="DIR",
                                   help="State, logs, certificates and kubeconfig.")] = DEFAULT_DATA_DIR,
     port_base: Annotated[int, Opt(min=0, max=MAX_PORT_BASE,
@@ -99,7 +107,14 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
         typer.secho(f"gpubus up: {simulator.NOT_INSTALLED}", fg="red", err=True)
         raise typer.Exit(2)
     setup_logging("info")
+    if nats_port and nats_port + nats_cluster - 1 > MAX_PORT:
+        raise typer.BadParameter(f"a cluster of {nats_cluster} listens on --nats-port and the next ports: "
+                                 f"{nats_port} leaves too few", param_hint="--nats-port")
+    if nats is not None and nats_cluster > 1:
+        raise typer.BadParameter("--nats-cluster starts embedded servers, --nats uses yours: give one",
+                                 param_hint="--nats-cluster")
     spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
+                     nats_cluster=nats_cluster, nats_replicas=nats_replicas,
                      port_base=port_base, split_count=split_count, pod_duration=pod_duration,
                      log_level=log_level.value, fresh=fresh, single_node_filter=single_node_filter)
     with contextlib.suppress(KeyboardInterrupt):

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from gpubus.stack import SCHEDULER_NAME
+from shared.bus.settings import MAX_REPLICAS
 from shared.logs import setup_logging
 
 Opt = typer.Option
@@ -73,6 +74,7 @@ def sim_nodes(  # noqa: PLR0917
     devices: Annotated[str, Opt()],
     kubeconfig: Annotated[Path, Opt()],
     nats: Annotated[str, Opt()],
+    nats_replicas: Annotated[int, Opt(min=1, max=MAX_REPLICAS, envvar="GPUBUS_BUS_REPLICAS")] = 1,
     prefix: Annotated[str, Opt()] = "node",
     split_count: Annotated[int, Opt()] = 10,
     pod_duration: Annotated[str, Opt()] = "60s",
@@ -98,6 +100,7 @@ def sim_nodes(  # noqa: PLR0917
 
     setup_logging(log_level)
     spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
+                     nats_replicas=nats_replicas,
                      split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
                      heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
                      monitor_interval_s=monitor_interval, normal_events=normal_events,

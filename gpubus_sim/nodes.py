@@ -51,6 +51,8 @@ class NodesSpec:
     devices: str
     kubeconfig: Path
     nats_url: str
+    nats_replicas: int = 1
+    """Copies of the event stream and buckets (``BusSettings.replicas``)."""
     prefix: str = "node"
     split_count: int = 10
     pod_duration: str = "60s"
@@ -230,7 +232,8 @@ async def run_nodes(spec: NodesSpec) -> None:
     stop = asyncio.Event()
     stop_on_signals(stop)
     name = "sim-nodes" if spec.part == "all" else f"sim-{spec.part}"
-    bus = await Bus.connect(BusSettings(url=spec.nats_url, name=f"gpubus-{name}", reconnect_wait_s=0.25),
+    bus = await Bus.connect(BusSettings(url=spec.nats_url, name=f"gpubus-{name}", reconnect_wait_s=0.25,
+                                       replicas=spec.nats_replicas),
                             source=name)
     kube = await SimKubeClient.from_kubeconfig(spec.kubeconfig)
     cluster = SimCluster(spec, bus, kube)

@@ -1,7 +1,7 @@
 """The command line every ``gpubus <service>`` shares: common options, their settings, the loop.
 
-The ``--nats-url``/``--nats``, ``--nats-creds``, ``--nats-tls-ca``, ``--config``, ``--log-level``,
-``--log-json``, ``--kubeconfig`` and ``--in-cluster`` options are declared here once, as
+The ``--nats-url``/``--nats``, ``--nats-creds``, ``--nats-tls-ca``, ``--nats-replicas``, ``--config``,
+``--log-level``, ``--log-json``, ``--kubeconfig`` and ``--in-cluster`` options are declared here once, as
 ``Annotated`` aliases. A service command decorated with :func:`common_options` takes them all as
 one ``common: CommonOptions`` parameter, which knows how they become settings: the fields every
 service has (:meth:`CommonOptions.settings_overrides`) and the bus (:meth:`CommonOptions.bus`,
@@ -32,6 +32,9 @@ NatsUrl = Annotated[
     str | None, typer.Option("--nats-url", "--nats", help="NATS URL(s) (env GPUBUS_BUS_URL).")
 ]
 NatsCreds = Annotated[str | None, typer.Option("--nats-creds", help="NATS .creds file.")]
+NatsReplicas = Annotated[int | None, typer.Option(
+    "--nats-replicas", help="Copies of the event stream and KV buckets, 1..5 (env GPUBUS_BUS_REPLICAS; "
+                            "3 on a 3-server NATS cluster).")]
 NatsTlsCa = Annotated[
     str | None, typer.Option("--nats-tls-ca", help="CA bundle of the NATS server (enables TLS).")
 ]
@@ -60,6 +63,8 @@ class CommonOptions:
     """``--nats-creds``: ``BusSettings.creds_file``."""
     nats_tls_ca: str | None = None
     """``--nats-tls-ca``: ``BusSettings.tls_ca``."""
+    nats_replicas: int | None = None
+    """``--nats-replicas``: ``BusSettings.replicas``."""
     config: str | None = None
     """``--config``: the YAML settings file under env and flags (``load_settings(file=...)``)."""
     log_level: str | None = None
@@ -82,8 +87,10 @@ class CommonOptions:
         }
 
     def bus(self, name: str) -> BusSettings:
-        """BusSettings from ``--nats-url``, ``--nats-creds``, ``--nats-tls-ca`` over ``GPUBUS_BUS_*``."""
-        return load_bus_settings(name, url=self.nats_url, creds_file=self.nats_creds, tls_ca=self.nats_tls_ca)
+        """BusSettings from ``--nats-url``, ``--nats-creds``, ``--nats-tls-ca``, ``--nats-replicas`` over
+        ``GPUBUS_BUS_*``."""
+        return load_bus_settings(name, url=self.nats_url, creds_file=self.nats_creds, tls_ca=self.nats_tls_ca,
+                                 replicas=self.nats_replicas)
 
 
 def common_options(kubeconfig_purpose: str = "of the cluster") -> Callable[[Command], Command]:
@@ -118,6 +125,7 @@ def _parameters(kubeconfig_purpose: str) -> list[inspect.Parameter]:
         "nats_url": NatsUrl,
         "nats_creds": NatsCreds,
         "nats_tls_ca": NatsTlsCa,
+        "nats_replicas": NatsReplicas,
         "config": ConfigFile,
         "log_level": LogLevel,
         "log_json": LogJson,

@@ -16,10 +16,11 @@ BUS_ENV_PREFIX = "GPUBUS_BUS_"
 
 
 def load_bus_settings(
-    name: str, *, url: str | None = None, creds_file: str | None = None, tls_ca: str | None = None
+    name: str, *, url: str | None = None, creds_file: str | None = None, tls_ca: str | None = None,
+    replicas: int | None = None,
 ) -> BusSettings:
     """BusSettings from the common ``--nats*`` flags over ``GPUBUS_BUS_*``; ``name`` is the client name."""
-    cli = {"name": name, "url": url, "creds_file": creds_file, "tls_ca": tls_ca}
+    cli = {"name": name, "url": url, "creds_file": creds_file, "tls_ca": tls_ca, "replicas": replicas}
     return load_settings(BusSettings, cli=cli, env_prefix=BUS_ENV_PREFIX)
 
 

@@ -14,7 +14,7 @@ import typer
 
 from services.monitor import settings as monitor_settings
 from services.monitor.app import run
-from shared.cli_options import ConfigFile, LogJson, LogLevel, NatsCreds, NatsTlsCa, run_service
+from shared.cli_options import ConfigFile, LogJson, LogLevel, NatsCreds, NatsReplicas, NatsTlsCa, run_service
 from shared.errors import GpubusError
 from shared.logs import setup_logging
 
@@ -68,6 +68,7 @@ def monitor(  # noqa: PLR0917 - typer maps parameters to the command line
     ] = None,
     nats_creds: NatsCreds = None,
     nats_tls_ca: NatsTlsCa = None,
+    nats_replicas: NatsReplicas = None,
     log_level: LogLevel = None,
     log_json: LogJson = None,
 ) -> None:
@@ -93,7 +94,8 @@ def monitor(  # noqa: PLR0917 - typer maps parameters to the command line
         bus_settings = (
             None
             if nats == "none"
-            else monitor_settings.load_bus(url=nats, creds_file=nats_creds, tls_ca=nats_tls_ca)
+            else monitor_settings.load_bus(url=nats, creds_file=nats_creds, tls_ca=nats_tls_ca,
+                                                replicas=nats_replicas)
         )
     except GpubusError as e:
         typer.echo(f"error: {e}", err=True)

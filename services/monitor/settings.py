@@ -90,5 +90,7 @@ def load(cli: Mapping[str, Any] | None = None, file: str | None = None) -> Monit
     return settings
 
 
-def load_bus(url: str | None = None, creds_file: str | None = None, tls_ca: str | None = None) -> BusSettings:
-    return load_bus_settings("gpubus-monitor", url=url, creds_file=creds_file, tls_ca=tls_ca)
+def load_bus(url: str | None = None, creds_file: str | None = None, tls_ca: str | None = None,
+             replicas: int | None = None) -> BusSettings:
+    return load_bus_settings("gpubus-monitor", url=url, creds_file=creds_file, tls_ca=tls_ca,
+                             replicas=replicas)

@@ -14,7 +14,7 @@ from collections import deque
 from typing import Protocol
 
 from shared.bus import Bus, BusSettings, BusStats
-from shared.errors import GpubusError
+from shared.errors import BusRefused, GpubusError
 from shared.events import Event
 from shared.tasks import cancel_and_wait
 
@@ -43,7 +43,8 @@ class BusLink:
         self._bus: Bus | None = None
         self._task: asyncio.Task[None] | None = None
         self.failed: BaseException | None = None
-        """Set when the connect task died of a bug: events stay buffered (and dropped past the bound)."""
+        """Set when the connect task died of a bug (events stay buffered, and dropped past the bound)
+        or when NATS refused the bus settings (replicas it cannot place)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._connect(), name="webhook-bus-connect")
@@ -100,6 +101,10 @@ class BusLink:
             break
         try:
             await bus.ensure_schema()
+        except BusRefused as e:
+            # A setting the cluster refuses (replicas it cannot place): loud, and /readyz says failed.
+            self.failed = e
+            log.error("the NATS settings are refused: %s; admission goes on, events wait in the outbox", e)
         except GpubusError as e:
             log.warning("could not ensure the event stream (%s); the outbox keeps retrying", e)
         while self._pending:

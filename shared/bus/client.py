@@ -47,6 +47,10 @@ from shared.events import Event, subject_for
 
 log = logging.getLogger(__name__)
 
+#: Pauses between tries of :meth:`Bus.ensure_schema` while JetStream elects its leaders, seconds.
+_SCHEMA_BACKOFF_MIN_S = 0.1
+_SCHEMA_BACKOFF_MAX_S = 2.0
+
 #: ``handler(request_payload) -> reply_payload`` for :meth:`Bus.serve`.
 QueryHandler = Callable[[bytes], Awaitable[bytes]]
 
@@ -124,11 +128,30 @@ class Bus:
 
     # -- schema ---------------------------------------------------------------------------
     async def ensure_schema(self) -> None:
-        """Create or converge the ``GPUBUS`` stream and the inventory/allocations/locks buckets."""
-        with translated("ensure schema"):
-            await schema.ensure_stream(self.js, schema.event_stream_config(self.settings))
-            for config in schema.bucket_configs(self.settings):
-                await schema.ensure_stream(self.js, config)
+        """Create or converge the ``GPUBUS`` stream and the inventory/allocations/locks buckets.
+
+        A JetStream cluster still electing its leaders times out or answers "temporarily
+        unavailable": retried up to ``initial_connect_timeout_s``. ``BusRefused`` (replicas the
+        cluster cannot place) is raised at once: waiting cannot fix a setting.
+        """
+        timeout = self.settings.initial_connect_timeout_s
+        deadline = asyncio.get_running_loop().time() + timeout if timeout else None
+        backoff = _SCHEMA_BACKOFF_MIN_S
+        while True:
+            try:
+                with translated("ensure schema"):
+                    await schema.ensure_stream(self.js, schema.event_stream_config(self.settings))
+                    for config in schema.bucket_configs(self.settings):
+                        await schema.ensure_stream(self.js, config)
+                return
+            except BusRefused:
+                raise
+            except BusUnavailable as e:
+                if deadline is not None and asyncio.get_running_loop().time() + backoff > deadline:
+                    raise
+                log.info("ensure schema: %s; trying again in %.1fs", e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(2 * backoff, _SCHEMA_BACKOFF_MAX_S)
 
     # -- events ---------------------------------------------------------------------------
     async def publish(self, event: Event) -> None:

@@ -1,19 +1,26 @@
 """The JetStream layout gpubus needs: the ``GPUBUS`` stream and the three KV buckets.
 
 Creation is idempotent and convergent: a missing stream is created, one whose settings
-differ is updated, concurrent callers both succeed. Knows nothing about event contents
+differ is updated, concurrent callers both succeed. Replicas only ever go up here: a stream with
+fewer copies than ``BusSettings.replicas`` is raised in place (logged), one with more keeps them
+(a service started with the default must not shrink a cluster's R3 stream to R1). Replicas the
+cluster cannot place are ``BusRefused`` naming the setting. Knows nothing about event contents
 beyond the families in the catalogue.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+from collections.abc import Iterator
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from shared.bus.buckets import ALLOCATIONS, INVENTORY, LOCKS, STREAM
-from shared.bus.settings import BusSettings
+from shared.bus.settings import REPLICAS_SETTING, BusSettings
+from shared.errors import BusRefused
 from shared.events import CATALOGUE, SUBJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -24,6 +31,13 @@ QUERY_TOKEN = "query"
 #: Fields compared to decide whether an existing stream needs an update.
 _COMPARED = ("subjects", "max_age", "max_bytes", "max_msgs_per_subject", "duplicate_window",
              "allow_msg_ttl", "allow_direct", "discard")
+#: JetStream API codes of a stream whose replicas the servers cannot place: replicas > 1 on a server
+#: without clustering (10074), fewer servers (or none with room) than replicas (10005, 10023).
+_UNPLACEABLE = {
+    10074: "this NATS server is not part of a JetStream cluster, so it keeps one copy only",
+    10005: "the NATS cluster has fewer servers able to hold a copy than that",
+    10023: "the NATS cluster lacks the resources (servers, disk) for that many copies",
+}
 
 
 def event_subjects() -> list[str]:
@@ -43,11 +57,11 @@ def event_stream_config(settings: BusSettings) -> api.StreamConfig:
         max_age=settings.stream_max_age_s,
         max_bytes=settings.stream_max_bytes,
         duplicate_window=settings.duplicate_window_s,
-        num_replicas=1,
+        num_replicas=settings.replicas,
     )
 
 
-def bucket_config(bucket: str, *, history: int, ttl: float | None) -> api.StreamConfig:
+def bucket_config(bucket: str, *, history: int, ttl: float | None, replicas: int = 1) -> api.StreamConfig:
     """The KV stream as nats-py builds it, without ``subject_delete_marker_ttl``: with a limit
     marker, ``create`` keeps failing until the marker itself expires (protocols.md §5)."""
     return api.StreamConfig(
@@ -63,34 +77,60 @@ def bucket_config(bucket: str, *, history: int, ttl: float | None) -> api.Stream
         max_msgs=-1,
         max_msgs_per_subject=history,
         max_consumers=-1,
-        num_replicas=1,
+        num_replicas=replicas,
         storage=api.StorageType.FILE,
     )
 
 
 def bucket_configs(settings: BusSettings) -> list[api.StreamConfig]:
+    r = settings.replicas
     return [
-        bucket_config(INVENTORY, history=1, ttl=None),
-        bucket_config(ALLOCATIONS, history=max(1, min(64, settings.allocations_history)), ttl=None),
-        bucket_config(LOCKS, history=1, ttl=settings.lock_ttl_s),
+        bucket_config(INVENTORY, history=1, ttl=None, replicas=r),
+        bucket_config(ALLOCATIONS, history=max(1, min(64, settings.allocations_history)), ttl=None,
+                      replicas=r),
+        bucket_config(LOCKS, history=1, ttl=settings.lock_ttl_s, replicas=r),
     ]
 
 
 async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
-    """Create ``config``'s stream, or update it if its compared settings differ."""
+    """Create ``config``'s stream, or update it if its compared settings or too few replicas differ."""
     assert config.name is not None
     try:
         info = await js.stream_info(config.name)
     except nats.js.errors.NotFoundError:
         try:
-            await js.add_stream(config)
-            log.info("created stream %s", config.name)
+            with _placed(config):
+                await js.add_stream(config)
+            log.info("created stream %s with %d replica(s)", config.name, config.num_replicas)
             return
         except nats.js.errors.BadRequestError:
             info = await js.stream_info(config.name)  # a concurrent caller created it first
-    if _differs(info.config, config):
-        await js.update_stream(config)
-        log.info("updated stream %s", config.name)
+    have, want = info.config.num_replicas or 1, config.num_replicas or 1
+    if have > want:
+        log.info("stream %s keeps its %d replicas (the setting asks %d; never lowered here)",
+                 config.name, have, want)
+        config = dataclasses.replace(config, num_replicas=have)
+    if _differs(info.config, config) or have < want:
+        with _placed(config):
+            await js.update_stream(config)
+        if have < want:
+            log.warning("stream %s raised from %d to %d replicas", config.name, have, want)
+        else:
+            log.info("updated stream %s", config.name)
+
+
+@contextlib.contextmanager
+def _placed(config: api.StreamConfig) -> Iterator[None]:
+    """A create/update the servers cannot place becomes ``BusRefused`` naming the replicas setting."""
+    try:
+        yield
+    except nats.js.errors.APIError as e:
+        why = _UNPLACEABLE.get(e.err_code or 0)
+        if why is None or (config.num_replicas or 1) <= 1:
+            raise
+        raise BusRefused(f"bus setting {REPLICAS_SETTING} is {config.num_replicas} but {why}: stream "
+                         f"{config.name} cannot be placed (JetStream error {e.err_code}: {e.description}). "
+                         "Lower the setting to the number of JetStream servers, or add servers") from e
 
 
 def _differs(current: api.StreamConfig, wanted: api.StreamConfig) -> bool:

@@ -16,6 +16,11 @@ from typing import Any
 
 from shared.errors import BusRefused
 
+#: JetStream keeps at most this many copies of a stream (an odd number of RAFT peers, 1..5).
+MAX_REPLICAS = 5
+#: Where the replicas setting comes from, for error messages.
+REPLICAS_SETTING = "replicas (GPUBUS_BUS_REPLICAS / --nats-replicas)"
+
 _SECRET_FIELDS = frozenset({"password", "token"})
 _FILE_FIELDS = ("creds_file", "nkey_seed_file", "tls_ca", "tls_cert", "tls_key")
 _URL_USERINFO = re.compile(r"(?<=://)[^@/]*@")
@@ -65,6 +70,11 @@ class BusSettings:
     """Events :meth:`Bus.emit` buffers while NATS is down; the oldest are dropped beyond it."""
     flush_timeout_s: float = 5.0
     """How long :meth:`Bus.close` tries to send what is left in the outbox, seconds."""
+    replicas: int = 1
+    """Copies JetStream keeps of the ``GPUBUS`` stream and of every KV bucket (1..5; env
+    ``GPUBUS_BUS_REPLICAS``, flag ``--nats-replicas``). 1 on a single server; 3 on a 3-server
+    cluster, so losing any one server loses nothing and stops nothing. Existing streams with fewer
+    are raised to it at start; a cluster with fewer servers than this refuses to start us."""
 
     def __repr__(self) -> str:
         parts = []
@@ -101,6 +111,8 @@ def check_settings(settings: BusSettings) -> None:
         raise BusRefused("bus settings creds_file/nkey_seed_file need the 'nkeys' package (nats-py[nkeys])")
     if not servers(settings):
         raise BusRefused("bus setting url: no server URL given")
+    if not 1 <= settings.replicas <= MAX_REPLICAS:
+        raise BusRefused(f"bus setting {REPLICAS_SETTING}: {settings.replicas} is not in 1..{MAX_REPLICAS}")
 
 
 def tls_context(settings: BusSettings) -> ssl.SSLContext | None:

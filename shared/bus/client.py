@@ -189,15 +189,16 @@ class Bus:
     async def publish_in_order(self, event: Event, within_s: float | None = None) -> None:
         """Publish after everything emitted before it and wait for the ack.
 
-        Raises ``BusUnavailable`` when not acknowledged within ``within_s`` (default: the request
-        timeout); the event then stays queued and is still sent, in order, when NATS is back.
+        Raises ``BusUnavailable`` when not acknowledged within ``within_s`` (default: ``failover_s``,
+        long enough to ride out a stream's leader election); the event then stays queued and is
+        still sent, in order, when NATS is back.
         Raises ``EventRefused`` when NATS can never store it; the events behind it still go out.
         """
         if self._closed:
             raise BusUnavailable(f"publish {event.KIND}: the bus is closed")
         ack: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._outbox.put(event, ack)
-        timeout = self.settings.request_timeout_s if within_s is None else within_s
+        timeout = self.settings.failover_s if within_s is None else within_s
         try:
             await asyncio.wait_for(asyncio.shield(ack), timeout)
         except TimeoutError:
@@ -245,7 +246,7 @@ class Bus:
         if kv is None:
             with translated(f"open bucket {bucket}"):
                 kv = KV(self.nc, self.js, await self.js.key_value(bucket), bucket,
-                        timeout=self.settings.request_timeout_s)
+                        timeout=self.settings.request_timeout_s, failover_s=self.settings.failover_s)
             self._kvs[bucket] = kv
         return kv
 

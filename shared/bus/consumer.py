@@ -177,17 +177,21 @@ class Subscription:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            backoff = 0.1
             status = JetStreamContext.is_status_msg(msg)
             if status is None:
+                backoff = 0.1
                 pulls.got_message()
                 await self._process(msg)
-            elif not pulls.got_status(status, _now()):
-                # e.g. 409 Consumer Deleted: asking again at once would only spin.
-                log.warning("consumer %s: pull refused: %s %s; retrying in %.1fs", self.consumer, status,
-                            (msg.headers or {}).get("Description", ""), backoff)
+            elif pulls.got_status(status, _now()):
+                backoff = 0.1
+            else:
+                # e.g. 409 Consumer Deleted, 503 while the stream elects a leader: asking again at
+                # once would only spin. Logged once per outage, not at every try.
+                (log.warning if backoff == 0.1 else log.debug)(
+                    "consumer %s: pull refused: %s %s; retrying in %.1fs", self.consumer, status,
+                    (msg.headers or {}).get("Description", "").strip(), backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, _REFUSED_BACKOFF_MAX_S)
 
     async def _pull(self, pulls: _Pulls) -> None:
         request = {"batch": self._opts.batch, "expires": int(pulls.expires_s * 1e9),
@@ -304,6 +308,9 @@ class _Pulls:
 
 
 _HEARTBEAT = "100"
+#: Longest pause between pulls the server refuses: a stream's leader election takes seconds, and
+#: the pull after it should not wait much longer than the election did.
+_REFUSED_BACKOFF_MAX_S = 1.0
 _EXPIRED = "408"
 
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import math
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
 from shared.bus import ordered
 from shared.bus.acked import publish_acked
 from shared.bus.errors import translated
+from shared.bus.failover import through_failover
 from shared.errors import BusUnavailable, CasConflict
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,8 @@ _SNAPSHOT_RATE = 5000.0
 #: The idle heartbeat a snapshot read asks for; two missed ones end it.
 _SNAPSHOT_HEARTBEAT_S = 1.0
 _IDLE_HEARTBEAT = "100"
+#: Pause before reading a snapshot again that a leader election cut short, seconds.
+_SNAPSHOT_RETRY_S = 0.2
 
 #: Deleted, purged or expired: the key has no current value.
 _TOMBSTONE_OPS = frozenset({KV_DEL, KV_PURGE})
@@ -126,8 +130,9 @@ class KV:
     """One KV bucket. Revisions are stream sequence numbers; CAS losers get ``CasConflict``."""
 
     def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, bucket: str, *,
-                 timeout: float = 5.0) -> None:
+                 timeout: float = 5.0, failover_s: float = 0.0) -> None:
         self._nc = nc
+        self._failover_s = failover_s
         self._js = js
         self._timeout = timeout
         self._kv = kv
@@ -154,11 +159,7 @@ class KV:
 
     async def put(self, key: str, value: bytes) -> int:
         """Write unconditionally; returns the new revision."""
-        with translated(f"kv put {self.bucket}/{key}"):
-            if not nats.js.kv._is_key_valid(key):
-                raise nats.js.errors.InvalidKeyError(key)
-            return await publish_acked(self._nc, self._prefix + key, value, headers=None,
-                                       timeout=self._timeout)
+        return await self._write(key, value, {}, f"kv put {self.bucket}/{key}")
 
     async def create(self, key: str, value: bytes, *, ttl: float | None = None,
                      over: int | None = None) -> int:
@@ -172,9 +173,19 @@ class KV:
         if over:
             with contextlib.suppress(CasConflict):
                 return await self.update(key, value, over, ttl=ttl)
-        msg_ttl = None if ttl is None else ttl_header_seconds(ttl)
-        with translated(f"kv create {self.bucket}/{key}"):
-            return await self._kv.create(key, value, msg_ttl=msg_ttl)
+        headers = {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: "0"}
+        if ttl is not None:
+            headers[api.Header.MSG_TTL.value] = str(ttl_header_seconds(ttl))
+        what = f"kv create {self.bucket}/{key}"
+        try:
+            return await self._write(key, value, headers, what)
+        except CasConflict:
+            # The key's last message may be a delete marker: then the key has no value, and a
+            # create is an update over the marker (as nats-py's own create does).
+            marker = await self._tombstone_revision(key, what)
+            if marker is None:
+                raise
+            return await self.update(key, value, marker, ttl=ttl)
 
     async def update(self, key: str, value: bytes, last: int, *, ttl: float | None = None) -> int:
         """Write only if the current revision is ``last`` (CasConflict otherwise).
@@ -185,11 +196,7 @@ class KV:
         headers: dict[str, str] = {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)}
         if ttl is not None:
             headers[api.Header.MSG_TTL.value] = str(ttl_header_seconds(ttl))
-        with translated(f"kv update {self.bucket}/{key}"):
-            if not nats.js.kv._is_key_valid(key):
-                raise nats.js.errors.InvalidKeyError(key)
-            return await publish_acked(self._nc, self._prefix + key, value, headers=headers,
-                                       timeout=self._timeout)
+        return await self._write(key, value, headers, f"kv update {self.bucket}/{key}")
 
     async def delete(self, key: str, *, last: int | None = None) -> int:
         """Delete (tombstone) the key; with ``last`` only if its revision is still ``last``.
@@ -199,11 +206,56 @@ class KV:
         headers = {KV_OP: KV_DEL}
         if last:
             headers[api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value] = str(last)
-        with translated(f"kv delete {self.bucket}/{key}"):
-            if not nats.js.kv._is_key_valid(key):
-                raise nats.js.errors.InvalidKeyError(key)
-            return await publish_acked(self._nc, self._prefix + key, b"", headers=headers,
+        return await self._write(key, b"", headers, f"kv delete {self.bucket}/{key}")
+
+    async def _write(self, key: str, value: bytes, headers: dict[str, str], what: str) -> int:
+        """Publish one revision of ``key``, through a leader election (:mod:`shared.bus.failover`).
+
+        Every try carries the same ``Nats-Msg-Id``: a try stored whose acknowledgement was lost is
+        answered as a duplicate on a cluster; where the server checks the expected revision first
+        (a single server says "wrong last sequence"), the key's last message is read back and, if
+        it carries our id, the write stood.
+        """
+        msg_id = uuid.uuid4().hex
+        headers = {**headers, api.Header.MSG_ID.value: msg_id}
+        tries = 0
+
+        async def send() -> int:
+            nonlocal tries
+            tries += 1
+            return await publish_acked(self._nc, self._prefix + key, value, headers=headers,
                                        timeout=self._timeout)
+
+        try:
+            with translated(what):
+                if not nats.js.kv._is_key_valid(key):
+                    raise nats.js.errors.InvalidKeyError(key)
+                return await through_failover(send, within_s=self._failover_s, what=what)
+        except CasConflict:
+            if tries > 1 and (stored := await self._last_with_id(key, msg_id, what)) is not None:
+                return stored
+            raise
+
+    async def _last_message(self, key: str, what: str) -> api.RawStreamMsg | None:
+        with translated(what):
+            try:
+                return await self._js.get_msg(self._stream, subject=self._prefix + key, direct=True)
+            except nats.js.errors.NotFoundError:
+                return None
+
+    async def _last_with_id(self, key: str, msg_id: str, what: str) -> int | None:
+        """The revision of ``key``'s last message if it carries ``msg_id`` (our write stood)."""
+        msg = await self._last_message(key, what)
+        if msg is None or not msg.headers or msg.headers.get(api.Header.MSG_ID.value) != msg_id:
+            return None
+        return msg.seq
+
+    async def _tombstone_revision(self, key: str, what: str) -> int | None:
+        """The revision of ``key``'s last message if it is a delete or purge marker, else None."""
+        msg = await self._last_message(key, what)
+        if msg is None or not msg.headers or msg.headers.get(KV_OP) not in _TOMBSTONE_OPS:
+            return None
+        return msg.seq
 
     async def purge(self, key: str) -> None:
         """Remove the key and all its history."""
@@ -229,12 +281,24 @@ class KV:
             ack_policy=api.AckPolicy.NONE, mem_storage=True, num_replicas=1,
             inactive_threshold=_SNAPSHOT_INACTIVE_S,
         )
-        with translated(f"kv snapshot {self.bucket}"):
-            info = await self._js.add_consumer(self._stream, config)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._failover_s
+        what = f"kv snapshot {self.bucket}"
+        while True:
             try:
-                return await self._drain(info.name, info.num_pending or 0)
-            finally:
-                await self._delete_consumer(info.name)
+                with translated(what):
+                    info = await through_failover(lambda: self._js.add_consumer(self._stream, config),
+                                                  within_s=self._failover_s, what=what)
+                    try:
+                        return await self._drain(info.name, info.num_pending or 0)
+                    finally:
+                        await self._delete_consumer(info.name)
+            except BusUnavailable as e:
+                # cut short (a 503 while the stream elects a leader, a lost server): read again
+                if loop.time() + _SNAPSHOT_RETRY_S > deadline:
+                    raise
+                log.info("%s; reading again", e)
+                await asyncio.sleep(_SNAPSHOT_RETRY_S)
 
     async def _drain(self, consumer: str, expected: int) -> Snapshot:
         entries: dict[str, Entry] = {}

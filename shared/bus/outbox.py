@@ -26,7 +26,8 @@ from shared.tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 _BACKOFF_MIN_S = 0.05
-_BACKOFF_MAX_S = 2.0
+_BACKOFF_MAX_S = 1.0
+"""Short enough that events flow again within a second of a stream electing its new leader."""
 #: Publishes in flight at once: pipelining multiplies throughput, order is kept by the connection.
 _WINDOW = 64
 

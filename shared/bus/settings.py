@@ -70,6 +70,12 @@ class BusSettings:
     """Events :meth:`Bus.emit` buffers while NATS is down; the oldest are dropped beyond it."""
     flush_timeout_s: float = 5.0
     """How long :meth:`Bus.close` tries to send what is left in the outbox, seconds."""
+    failover_s: float = 10.0
+    """How long a KV write, a bucket snapshot or :meth:`Bus.publish_in_order` keeps trying through
+    the loss of a NATS server (a stream electing a new leader answers "no responders" or nothing
+    for a few seconds; a client moves to another server) before it raises ``BusUnavailable``.
+    Above JetStream's election time (4-9 s after a leader dies) and below the scheduler's bind
+    budget (25 s), seconds."""
     replicas: int = 1
     """Copies JetStream keeps of the ``GPUBUS`` stream and of every KV bucket (1..5; env
     ``GPUBUS_BUS_REPLICAS``, flag ``--nats-replicas``). 1 on a single server; 3 on a 3-server

@@ -78,6 +78,7 @@ def test_object_names_are_unique_per_kind(value_set: str) -> None:
     ({"scheduler": {"extender": {"weight": 0}}}, "weight"),
     ({"global": {"hookPath": "relative/path"}}, "hookPath"),
     ({"monitor": {"prot": 9394}}, "prot"),
+    ({"global": {"nats": {"replicas": 6}}}, "replicas"),
 ])
 def test_schema_rejects_bad_values(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmError, match=where):
@@ -370,6 +371,34 @@ def test_nats_server_reads_each_password_from_the_env_the_secret_fills() -> None
         variable = user["password"].removeprefix("<< $").removesuffix(" >>")
         assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": "gpubus-nats-auth", "key": name}
     assert nats["config"]["jetstream"]["enabled"] is True
+
+
+_NATS_CONTAINERS = {("Deployment", "gpubus-scheduler", "scheduler"), ("Deployment", "gpubus-webhook", "webhook"),
+                    ("DaemonSet", "gpubus-node", "node-agent"), ("DaemonSet", "gpubus-node", "monitor")}
+
+
+def _replicas_env(values: dict[str, Any]) -> set[str]:
+    """GPUBUS_BUS_REPLICAS of every gpubus container that talks to NATS (one value expected)."""
+    docs = documents(values)
+    return {next(e["value"] for e in _container(find(docs, kind, name), container)["env"]
+                 if e["name"] == "GPUBUS_BUS_REPLICAS")
+            for kind, name, container in _NATS_CONTAINERS}
+
+
+@pytest.mark.parametrize(("values", "replicas"), [
+    ({}, "1"),
+    (VALUE_SETS["ha"], "3"),
+    ({"nats": {"config": {"cluster": {"enabled": True}}}}, "3"),
+    ({"nats": {"config": {"cluster": {"enabled": True, "replicas": 5}}}}, "3"),
+    ({"nats": {"config": {"cluster": {"enabled": True, "replicas": 5}}}, "global": {"nats": {"replicas": 5}}},
+     "5"),
+    (VALUE_SETS["external-nats"], "1"),
+    ({**VALUE_SETS["external-nats"], "global": {"nats": {"url": "nats://a:4222,nats://b:4222", "replicas": 3}}},
+     "3"),
+])
+def test_stream_and_bucket_replicas_follow_the_nats_cluster(values: dict[str, Any], replicas: str) -> None:
+    # A clustered bundled NATS gets R3 stream and buckets, so losing one NATS server loses nothing.
+    assert _replicas_env(values) == {replicas}
 
 
 def test_external_nats_uses_the_given_url_and_secret() -> None:

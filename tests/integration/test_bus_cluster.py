@@ -87,7 +87,8 @@ async def test_r1_assets_are_raised_to_r3_in_place_and_never_lowered(
 async def test_r3_on_a_single_server_is_refused_at_once_naming_the_setting(
         private_nats: NatsServerProcess) -> None:
     # Retries set to forever: only an error that no retry loop swallows can end this test.
-    b = await Bus.connect(bus_settings(private_nats.url, replicas=3, initial_connect_timeout_s=0.0), source="t")
+    settings = bus_settings(private_nats.url, replicas=3, initial_connect_timeout_s=0.0)
+    b = await Bus.connect(settings, source="t")
     try:
         with pytest.raises(BusRefused, match=r"replicas \(GPUBUS_BUS_REPLICAS / --nats-replicas\) is 3") as e:
             await b.ensure_schema()

@@ -90,6 +90,19 @@ app.kubernetes.io/part-of: gpubus
 {{- end }}
 {{- end }}
 
+{{/* Copies JetStream keeps of the event stream and every KV bucket: global.nats.replicas, else 3
+on the bundled NATS when it runs as a cluster (nats.config.cluster.enabled; fewer only for a
+smaller cluster), else 1. */}}
+{{- define "gpubus.natsReplicas" -}}
+{{- if .Values.global.nats.replicas }}
+{{- .Values.global.nats.replicas }}
+{{- else if and .Values.nats.enabled .Values.nats.config.cluster.enabled }}
+{{- min 3 (int (default 3 .Values.nats.config.cluster.replicas)) }}
+{{- else }}
+{{- 1 }}
+{{- end }}
+{{- end }}
+
 {{- define "gpubus.natsAuthSecret" -}}
 {{- default .Values.natsAuth.secretName .Values.natsAuth.existingSecret }}
 {{- end }}
@@ -98,6 +111,8 @@ app.kubernetes.io/part-of: gpubus
 {{- define "gpubus.natsEnv" -}}
 - name: GPUBUS_BUS_URL
   value: {{ include "gpubus.natsUrl" .ctx | quote }}
+- name: GPUBUS_BUS_REPLICAS
+  value: {{ include "gpubus.natsReplicas" .ctx | quote }}
 {{- if .ctx.Values.natsAuth.enabled }}
 - name: GPUBUS_BUS_USER
   value: {{ .user | quote }}

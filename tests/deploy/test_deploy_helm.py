@@ -373,7 +373,8 @@ def test_nats_server_reads_each_password_from_the_env_the_secret_fills() -> None
     assert nats["config"]["jetstream"]["enabled"] is True
 
 
-_NATS_CONTAINERS = {("Deployment", "gpubus-scheduler", "scheduler"), ("Deployment", "gpubus-webhook", "webhook"),
+_NATS_CONTAINERS = {("Deployment", "gpubus-scheduler", "scheduler"),
+                    ("Deployment", "gpubus-webhook", "webhook"),
                     ("DaemonSet", "gpubus-node", "node-agent"), ("DaemonSet", "gpubus-node", "monitor")}
 
 
@@ -393,8 +394,8 @@ def _replicas_env(values: dict[str, Any]) -> set[str]:
     ({"nats": {"config": {"cluster": {"enabled": True, "replicas": 5}}}, "global": {"nats": {"replicas": 5}}},
      "5"),
     (VALUE_SETS["external-nats"], "1"),
-    ({**VALUE_SETS["external-nats"], "global": {"nats": {"url": "nats://a:4222,nats://b:4222", "replicas": 3}}},
-     "3"),
+    ({**VALUE_SETS["external-nats"],
+      "global": {"nats": {"url": "nats://a:4222,nats://b:4222", "replicas": 3}}}, "3"),
 ])
 def test_stream_and_bucket_replicas_follow_the_nats_cluster(values: dict[str, Any], replicas: str) -> None:
     # A clustered bundled NATS gets R3 stream and buckets, so losing one NATS server loses nothing.

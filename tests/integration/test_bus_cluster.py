@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from asyncwait import wait_until
 from conftest import bus_settings
 from natsproc import NatsServerProcess
 
@@ -129,3 +130,39 @@ async def test_events_emitted_while_the_stream_leader_dies_are_stored_exactly_on
     assert info.cluster is not None and info.cluster.leader not in (None, leader)
     await (await r3_bus.kv(ALLOCATIONS)).put("after-the-loss", b"x")
     await asyncio.to_thread(cluster.revive, leader)
+
+
+async def test_kv_compare_and_set_writes_in_flight_while_the_bucket_leader_dies_all_stand(
+        cluster: EmbeddedCluster, r3_bus: Bus) -> None:
+    # Each key: a create, then updates against the revision the last write returned. A try that was
+    # stored but whose ack was lost must count as done (same Nats-Msg-Id), never as a lost CAS.
+    kv = await r3_bus.kv(ALLOCATIONS)
+    leader = (await r3_bus.js.stream_info(f"KV_{ALLOCATIONS}")).cluster.leader  # type: ignore[union-attr]
+    assert leader is not None
+    halfway = asyncio.Event()
+    reached: list[str] = []
+
+    async def writer(key: str) -> int:
+        revision = await kv.create(key, b"0")
+        for i in range(1, 11):
+            if i == 5:
+                reached.append(key)
+                await halfway.wait()
+            revision = await kv.update(key, str(i).encode(), revision)
+        return revision
+
+    writers = [asyncio.create_task(writer(f"k{n}")) for n in range(30)]
+    try:
+        await wait_until(lambda: len(reached) == 30 or any(t.done() for t in writers), 30, "writers halfway")
+    except AssertionError:
+        halfway.set()
+        await asyncio.gather(*writers)  # says which writer failed, if one did
+        raise
+    await asyncio.to_thread(cluster.kill, leader)
+    halfway.set()
+    revisions = await asyncio.gather(*writers)
+    entries = await kv.items()
+    assert {k: (e.value, e.revision) for k, e in entries.items()} == {
+        f"k{n}": (b"10", revisions[n]) for n in range(30)}
+    await asyncio.to_thread(cluster.revive, leader)
+

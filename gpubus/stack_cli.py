@@ -109,10 +109,10 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     setup_logging("info")
     if nats_port and nats_port + nats_cluster - 1 > MAX_PORT:
         raise typer.BadParameter(f"a cluster of {nats_cluster} listens on --nats-port and the next ports: "
-                                 f"{nats_port} leaves too few", param_hint="--nats-port")
+                                 f"{nats_port} leaves too few", param_hint="'--nats-port'")
     if nats is not None and nats_cluster > 1:
         raise typer.BadParameter("--nats-cluster starts embedded servers, --nats uses yours: give one",
-                                 param_hint="--nats-cluster")
+                                 param_hint="'--nats-cluster'")
     spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
                      nats_cluster=nats_cluster, nats_replicas=nats_replicas,
                      port_base=port_base, split_count=split_count, pod_duration=pod_duration,

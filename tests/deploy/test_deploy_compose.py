@@ -224,3 +224,31 @@ def test_webhook_certificate_names_the_address_the_api_server_calls(tmp_path: Pa
     assert host is not None
     names = {*sans.get_values_for_type(x509.DNSName), *map(str, sans.get_values_for_type(x509.IPAddress))}
     assert host.group(1) in names
+
+
+# -- the 3-server NATS cluster override ---------------------------------------------------------
+
+CLUSTER = ROOT / "deploy" / "compose" / "nats-cluster.yml"
+
+
+def test_cluster_override_runs_three_routed_jetstream_servers_on_volumes_of_their_own() -> None:
+    override = yaml.safe_load(CLUSTER.read_text())
+    servers = {name: s for name, s in override["services"].items() if name.startswith("nats")}
+    assert set(servers) == {"nats", "nats-2", "nats-3"}
+    flags = {name: dict(a.removeprefix("--").split("=", 1) for a in s["command"] if "=" in a)
+             for name, s in servers.items()}
+    assert all("--jetstream" in s["command"] for s in servers.values())
+    assert len({f["server_name"] for f in flags.values()}) == 3
+    assert {f["cluster_name"] for f in flags.values()} == {"gpubus"}
+    for name, f in flags.items():
+        routed = {r.removeprefix("nats://").split(":")[0] for r in f["routes"].split(",")}
+        assert routed == set(servers) - {name}, name
+    volumes = [s["volumes"][0].split(":")[0] for n, s in servers.items() if n != "nats"]
+    assert len(set(volumes)) == 2 and set(volumes) <= set(override["volumes"])
+    assert "nats-data" in {v.split(":")[0] for v in _services()["nats"]["volumes"]}  # the base keeps its own
+
+
+def test_cluster_override_gives_every_service_on_nats_three_replicas() -> None:
+    override = yaml.safe_load(CLUSTER.read_text())["services"]
+    on_nats = {name for name in GPUBUS_SERVICES if _flag(_command(name), "--nats")}
+    assert on_nats and all(override[name]["environment"]["GPUBUS_BUS_REPLICAS"] == "3" for name in on_nats)

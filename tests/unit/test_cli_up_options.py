@@ -1,9 +1,11 @@
 """``gpubus up`` refuses bad options before it starts anything: exit 2, the option named, no traceback.
 
-Cases: every flag with a bound (--nodes, --split-count, --port-base, --nats-port), the device
+Cases: every flag with a bound (--nodes, --split-count, --port-base, --nats-port, --nats-cluster,
+--nats-replicas), a cluster that cannot start (with --nats, or past port 65535), the device
 spec (parsed by the simulated nodes' own parser), --log-level, --nats; an empty --data-dir (which
 meant the current directory, so ``--fresh`` deleted ``./nats``), a --data-dir that is a file, lies
-under a file, cannot be made (/proc), or whose ``nats/`` or ``logs/`` is a file. "Nothing started"
+under a file, cannot be made (/proc), or whose ``nats/`` or ``logs/`` is a file; replicas one server
+cannot place (the stack starts, then stops at once with the setting named). "Nothing started"
 means the data dir got no ``nats/`` store. The commands run as real processes; one that does not
 exit in time is stopped and fails the test.
 """
@@ -64,6 +66,10 @@ def one_line(text: str) -> str:
     ("--devices", "2x{name=X}", "needs name= and mem="),
     ("--log-level", "bogus", "'bogus' is not one of"),
     ("--nats", "nats://127.0.0.1:99999", "Port out of range"),
+    ("--nats-cluster", "0", "greater than or equal to 1"),
+    ("--nats-cluster", "6", "less than or equal to 5"),
+    ("--nats-replicas", "0", "greater than or equal to 1"),
+    ("--nats-replicas", "6", "less than or equal to 5"),
 ])
 async def test_a_bad_option_is_refused_before_anything_starts(tmp_path: Path, flag: str, value: str,
                                                               says: str) -> None:
@@ -72,6 +78,26 @@ async def test_a_bad_option_is_refused_before_anything_starts(tmp_path: Path, fl
     assert f"Invalid value for '{flag}'" in one_line(out) and says in one_line(out), out
     assert "Traceback" not in out
     assert not (tmp_path / "data" / "nats").exists(), "the stack started"
+
+
+@pytest.mark.parametrize(("args", "flag", "says"), [
+    (("--nats-cluster", "3", "--nats", "nats://127.0.0.1:4222"), "--nats-cluster", "--nats uses yours"),
+    (("--nats-cluster", "3", "--nats-port", "65534"), "--nats-port", "65534 leaves too few"),
+])
+async def test_a_cluster_that_cannot_be_started_is_a_bad_option(tmp_path: Path, args: tuple[str, ...],
+                                                                 flag: str, says: str) -> None:
+    code, out = await run_up(*SMALL, "--data-dir", str(tmp_path / "data"), *args, cwd=tmp_path)
+    assert code == 2, out
+    assert f"Invalid value for '{flag}'" in one_line(out) and says in one_line(out), out
+    assert not (tmp_path / "data" / "nats").exists(), "the stack started"
+
+
+async def test_replicas_one_server_cannot_place_stop_up_at_start_naming_the_setting(tmp_path: Path) -> None:
+    code, out = await run_up(*SMALL, "--data-dir", str(tmp_path / "data"), "--nats-replicas", "3",
+                             cwd=tmp_path, timeout=100)
+    assert code == 1, out
+    assert "bus setting replicas (GPUBUS_BUS_REPLICAS / --nats-replicas) is 3" in one_line(out), out
+    assert "not part of a JetStream cluster" in one_line(out), out
 
 
 async def test_an_empty_data_dir_is_refused_and_fresh_deletes_nothing_here(tmp_path: Path) -> None:

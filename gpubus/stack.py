@@ -408,7 +408,8 @@ class Stack:
         assert self.ports is not None and self.tls is not None
         p, s, run, logs = self.ports, self.spec, self.data_dir / "run", self.data_dir / "logs"
         nats = self.nats_url
-        replicas = ("--nats-replicas", str(default_replicas(s)))
+        # Only when not the default: the default stack's command lines stay those of docker-compose.yml.
+        replicas = ("--nats-replicas", str(default_replicas(s))) if default_replicas(s) != 1 else ()
         extra = s.extra_args
         ca_ctx = ssl.create_default_context(cafile=str(self.tls.ca_cert))
         control = Child("control", self._gpubus(

@@ -4,7 +4,9 @@ cold-start KV snapshot of 100k allocations.
 
 Run: ``.venv/bin/python bench/bus.py [N_KV] [--cluster 3] [--replicas 3]``: ``--cluster N`` runs N
 servers routed over loopback (what ``gpubus up --nats-cluster`` runs), ``--replicas`` the copies of
-the stream and buckets (default: 3 on a cluster, else 1). Prints figures; asserts nothing.
+the stream and buckets (default: 3 on a cluster, else 1). ``--compare [ROUNDS]`` runs one server at
+R1 and a 3-server cluster at R1 and at R3 side by side, measuring them in turn, round after round,
+so a busy machine's swings hit all three alike, and prints the medians. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -101,12 +103,64 @@ async def kv_cold_start(bus: Bus, n: int) -> None:
     print(f"kv snapshot of {len(items):,} entries (400 B)  median {statistics.median(times):.2f} s")
 
 
+async def round_figures(bus: Bus, n: int, offset: int) -> dict[str, float]:
+    """One round on one setup: acked publish and KV put latency (ms), emit throughput (ev/s)."""
+    pub, put = [], []
+    kv = await bus.kv("allocations")
+    for i in range(n):
+        t = time.perf_counter()
+        await bus.publish(event(offset + i))
+        t2 = time.perf_counter()
+        await kv.put(f"cmp-{i}", b"x" * 400)
+        pub.append((t2 - t) * 1e3)
+        put.append((time.perf_counter() - t2) * 1e3)
+    t = time.perf_counter()
+    for i in range(5 * n):
+        bus.emit(event(offset + n + i))
+    await bus.flush(60)
+    pub.sort()
+    put.sort()
+    return {"publish p50": statistics.median(pub), "publish p99": pub[int(n * 0.99)],
+            "kv put p50": statistics.median(put), "kv put p99": put[int(n * 0.99)],
+            "emit ev/s": 5 * n / (time.perf_counter() - t)}
+
+
+async def compare(rounds: int) -> None:
+    """R1 on one server, R1 and R3 on a 3-server cluster, measured in turn; medians over rounds."""
+    with tempfile.TemporaryDirectory(prefix="bench-bus-") as store, contextlib.ExitStack() as stack:
+        single = stack.enter_context(NatsServerProcess(Path(store) / "single"))
+        cluster = stack.enter_context(EmbeddedCluster(Path(store) / "cluster", size=3, port=0))
+        cluster_r1 = stack.enter_context(EmbeddedCluster(Path(store) / "cluster-r1", size=3, port=0))
+        setups = {"1 server, R1": (single.url, 1), "3 servers, R1": (cluster_r1.url, 1),
+                  "3 servers, R3": (cluster.url, 3)}
+        buses = {}
+        for name, (url, replicas) in setups.items():
+            buses[name] = await Bus.connect(BusSettings(url=url, replicas=replicas), source="bench")
+            await buses[name].ensure_schema()
+        figures: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
+        for r in range(rounds):
+            for name, bus in buses.items():
+                figures[name].append(await round_figures(bus, 300, r * 10_000))
+        for bus in buses.values():
+            await bus.close()
+    keys = list(next(iter(figures.values()))[0])
+    print(f"medians of {rounds} rounds (300 sequential publishes + KV puts, 1500 emits each)")
+    print(f"{'':<15}" + "".join(f"{k:>13}" for k in keys))
+    for name, rows in figures.items():
+        print(f"{name:<15}" + "".join(f"{statistics.median(r[k] for r in rows):>13.2f}" for k in keys))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("n_kv", nargs="?", type=int, default=100_000, help="entries of the KV snapshot")
     parser.add_argument("--cluster", type=int, default=1, help="nats-servers (3: a JetStream cluster)")
     parser.add_argument("--replicas", type=int, default=None, help="copies of the stream and buckets")
+    parser.add_argument("--compare", type=int, nargs="?", const=7, default=0, metavar="ROUNDS",
+                        help="R1 vs R3 side by side, ROUNDS rounds (default 7)")
     args = parser.parse_args()
+    if args.compare:
+        await compare(args.compare)
+        return
     replicas = args.replicas or (3 if args.cluster >= 3 else 1)
     with tempfile.TemporaryDirectory(prefix="bench-bus-") as store, contextlib.ExitStack() as stack:
         server = stack.enter_context(

@@ -3,7 +3,8 @@
 Case matrix (each on a fresh ``gpubus up --nats-cluster 3`` stack, 3 nodes x 4 A100-80GB split 20):
 - the server leading the ``allocations`` bucket's stream (``KV_allocations``, asked of JetStream)
   SIGKILLed while 200 GPU pods are binding, then restarted;
-- a server leading neither that stream nor ``GPUBUS`` SIGKILLed the same way, then restarted.
+- a server that leads none of the four streams (``GPUBUS`` and the three ``KV_*``) if there is one,
+  else one that leads neither ``KV_allocations`` nor ``GPUBUS``, SIGKILLed the same way, then restarted.
 
 After each: every pod Running (none lost or stuck), every ``allocation.decided`` event stored
 before the kill still in the stream, and the shared invariants (no over-commit on replay, ledger ==
@@ -69,18 +70,31 @@ class BindClock:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
+STREAMS = (STREAM, "KV_inventory", f"KV_{ALLOCATIONS}", "KV_locks")
+
+
+async def leaders(e2e: E2E) -> dict[str, str]:
+    """Stream -> the server leading it, as JetStream reports it (every stream at R3)."""
+    found = {}
+    for name in STREAMS:
+        info = await e2e.bus.js.stream_info(name)
+        assert info.config.num_replicas == 3 and info.cluster is not None and info.cluster.leader, name
+        found[name] = info.cluster.leader
+    return found
+
+
 async def allocations_leader(e2e: E2E) -> str:
-    info = await e2e.bus.js.stream_info(f"KV_{ALLOCATIONS}")
-    assert info.config.num_replicas == 3 and info.cluster is not None and info.cluster.leader
-    return info.cluster.leader
+    return (await leaders(e2e))[f"KV_{ALLOCATIONS}"]
 
 
-async def a_follower_of_both(e2e: E2E) -> str:
-    """A server that leads neither ``KV_allocations`` nor ``GPUBUS`` (so a non-leader of both)."""
-    leaders = {await allocations_leader(e2e), (await e2e.bus.js.stream_info(STREAM)).cluster.leader}  # type: ignore[union-attr]
-    followers = [n for n in e2e.stack.nats_cluster.servers if n not in leaders]
-    assert followers, f"every server leads something: {leaders}"
-    return followers[0]
+async def a_non_leader(e2e: E2E) -> str:
+    """A server leading no stream if there is one, else one leading neither KV_allocations nor GPUBUS."""
+    led = await leaders(e2e)
+    servers = list(e2e.stack.nats_cluster.servers)
+    candidates = [n for n in servers if n not in led.values()] or \
+                 [n for n in servers if n not in (led[STREAM], led[f"KV_{ALLOCATIONS}"])]
+    assert candidates, f"no server leads neither KV_allocations nor GPUBUS: {led}"
+    return candidates[0]
 
 
 async def run_through_a_server_loss(e2e: E2E, pick: Callable[[E2E], Awaitable[str]]) -> None:
@@ -100,6 +114,7 @@ async def run_through_a_server_loss(e2e: E2E, pick: Callable[[E2E], Awaitable[st
     try:
         await wait_until(lambda: len(clock.bound_at) >= KILL_AFTER, 90, what=f"{KILL_AFTER} pods bound")
         victim = await pick(e2e)
+        led = sorted(s for s, leader in (await leaders(e2e)).items() if leader == victim)
         stored_before = set(decided)  # a JetStream consumer sees only what the stream stored
         killed_at = time.monotonic()
         await asyncio.to_thread(e2e.stack.nats_cluster.kill, victim)
@@ -107,7 +122,8 @@ async def run_through_a_server_loss(e2e: E2E, pick: Callable[[E2E], Awaitable[st
         await e2e.wait_phase([p["metadata"]["name"] for p in pods], {"Running"}, timeout=120)
         first, pause = clock.longest_pause_after(killed_at)
         bound_before = sum(1 for t in clock.bound_at.values() if t < killed_at)
-        print(f"\n{victim} killed with {bound_before}/{PODS} pods bound: first bind after the kill "
+        print(f"\n{victim} (leading {', '.join(led) or 'no stream'}) killed with {bound_before}/{PODS} pods "
+              f"bound: first bind after the kill "
               f"+{first:.2f}s, longest pause in binds {pause:.2f}s; all {PODS} Running "
               f"+{max(clock.bound_at.values()) - killed_at:.2f}s after the kill")
         await asyncio.to_thread(e2e.stack.nats_cluster.revive, victim)
@@ -129,4 +145,4 @@ async def test_allocations_leader_killed_while_binding_loses_nothing(e2e: E2E) -
 
 
 async def test_a_non_leader_killed_while_binding_loses_nothing(e2e: E2E) -> None:
-    await run_through_a_server_loss(e2e, a_follower_of_both)
+    await run_through_a_server_loss(e2e, a_non_leader)

@@ -35,6 +35,7 @@ from shared.bus.consumer import (
     open_subscription,
 )
 from shared.bus.errors import EventRefused, QueryFailed, refusal_reason, translated, translated_publish
+from shared.bus.failover import through_failover
 from shared.bus.fanout import Fanout, Route
 from shared.bus.kv import KV
 from shared.bus.lease import Lease
@@ -244,8 +245,11 @@ class Bus:
         """The bucket (created by :meth:`ensure_schema`) as a typed :class:`KV`."""
         kv = self._kvs.get(bucket)
         if kv is None:
-            with translated(f"open bucket {bucket}"):
-                kv = KV(self.nc, self.js, await self.js.key_value(bucket), bucket,
+            what = f"open bucket {bucket}"
+            with translated(what):  # a stream info: it waits out a leader election like a write
+                handle = await through_failover(lambda: self.js.key_value(bucket),
+                                                within_s=self.settings.failover_s, what=what)
+                kv = KV(self.nc, self.js, handle, bucket,
                         timeout=self.settings.request_timeout_s, failover_s=self.settings.failover_s)
             self._kvs[bucket] = kv
         return kv

@@ -167,7 +167,8 @@ async def main(args: argparse.Namespace) -> None:
     spec = StackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, nats_port=0, port_base=0,
                      pod_duration=args.duration, log_level="warning", ready_timeout_s=300, extra_args=extra,
                      single_node_filter=args.single_node_filter, agents_apart=True,
-                     nats_args=("-m", str(monitor_port := free_port())))
+                     nats_args=("-m", str(monitor_port := free_port())),
+                     node_identity=args.node_identity)
     stack = Stack(spec)
     t = time.monotonic()
     await stack.start()
@@ -320,4 +321,6 @@ if __name__ == "__main__":
                         help="Stand-ins also record Normal events (Scheduled, Started), as in `gpubus up`.")
     parser.add_argument("--single-node-filter", action="store_true",
                         help="HAMi mode: filter returns only the best node (no /prioritize round trip).")
+    parser.add_argument("--node-identity", action=argparse.BooleanOptionalAction, default=True,
+                        help="Node-agents connect as their own node (auth callout), as in `gpubus up`.")
     uvloop.run(main(parser.parse_args()))  # the services' loop too: the client's own CPU stays small

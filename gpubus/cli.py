@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "services.node_agent.cli",
     "services.monitor.cli",
     "services.dashboard.cli",
+    "services.authn.cli",
     "gpubus.tap_cli",
     "gpubus.stack_cli",
 )

@@ -36,6 +36,14 @@ from gpubus.natsserver import (
     port_is_free,
 )
 from gpubus.stack_datadir import SUBDIRS, DataDirLock, make_dirs
+from gpubus.stack_identity import (
+    AUDIENCE,
+    CALLOUT_USER,
+    NAMESPACE,
+    SERVICE_ACCOUNT,
+    CalloutFiles,
+    write_callout_files,
+)
 from gpubus.stack_scratch import hosts_dir, pod_log_dir
 from gpubus.stack_tls import WebhookTLS, ensure_webhook_tls
 
@@ -97,6 +105,8 @@ class StackSpec:
     """Run the node-agents in a process of their own (``agents``) beside the kubelets' (``nodes``),
     so their CPU is measured apart (``bench/e2e.py``); the nodes then answer no control requests."""
     python: str = sys.executable
+    node_identity: bool = True
+    """Node-agents connect to NATS as their own node (auth callout, ``gpubus authn``); embedded NATS only."""
     extra_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Extra command-line flags per child (``control``, ``kube-scheduler``, ``webhook``, ``scheduler``,
     ``nodes``, ``agents``, ``dashboard``)."""
@@ -250,6 +260,8 @@ class Stack:
         """The thread starting NATS: cancelling ``start`` cannot stop it, so ``stop`` waits for it."""
         self._pod_logs_made = False
         """This stack made (so owns) ``pod_logs``; a stack refused the data dir must not remove them."""
+        self.callout: CalloutFiles | None = None
+        """Per-node identity's keys and NATS config (``spec.node_identity`` with the embedded NATS)."""
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -322,11 +334,14 @@ class Stack:
                 shutil.rmtree(hosts_dir(self.data_dir), ignore_errors=True)
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:
+                extra: tuple[str, ...] = self.spec.nats_args
+                if self.spec.node_identity and self.spec.nats_cluster <= 1:  # one server's config file
+                    self.callout = write_callout_files(self.data_dir / "run" / "authn")
+                    extra = (*extra, "-c", str(self.callout.nats_conf))
                 self.nats = (EmbeddedCluster(self.data_dir / "nats", size=self.spec.nats_cluster,
                                              port=self.spec.nats_port, extra_args=self.spec.nats_args)
                              if self.spec.nats_cluster > 1 else
-                             EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port,
-                                          extra_args=self.spec.nats_args))
+                             EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port, extra_args=extra))
                 self._nats_starting = asyncio.create_task(asyncio.to_thread(self.nats.start),
                                                           name="nats-start")
                 await asyncio.shield(self._nats_starting)
@@ -457,4 +472,20 @@ class Stack:
             "dashboard", "--bind", "127.0.0.1", "--port", str(p.dashboard), "--nats", nats,
             "--log-level", s.log_level, *extra.get("dashboard", ())),
             logs / "dashboard.log", _http_probe(f"http://127.0.0.1:{p.dashboard}/healthz"))
-        return {c.name: c for c in (control, kube_scheduler, webhook, scheduler, nodes, *apart, dashboard)}
+        children = [control, kube_scheduler, webhook, scheduler, nodes, *apart, dashboard]
+        if self.callout is not None:
+            (apart[0] if apart else nodes).argv.append("--node-identity")  # the node-agents' process
+            children.insert(1, self._authn_child(nats, run, logs))
+        return {c.name: c for c in children}
+
+    def _authn_child(self, nats: str, run: Path, logs: Path) -> Child:
+        """``gpubus authn``: the auth callout of per-node identity, as the callout user."""
+        assert self.callout is not None
+        port = free_port()
+        return Child("authn", self._gpubus(
+            "authn", "--bind", "127.0.0.1", "--port", str(port), "--kubeconfig", str(self.kubeconfig),
+            "--nats", nats, "--issuer-seed-file", str(self.callout.issuer_seed), "--audience", AUDIENCE,
+            "--service-account", f"{NAMESPACE}:{SERVICE_ACCOUNT}", "--log-level", self.spec.log_level,
+            *self.spec.extra_args.get("authn", ())),
+            logs / "authn.log", _http_probe(f"http://127.0.0.1:{port}/readyz"),
+            env={"GPUBUS_BUS_USER": CALLOUT_USER, "GPUBUS_BUS_PASSWORD": self.callout.callout_password})

@@ -101,6 +101,9 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     single_node_filter: Annotated[bool, Opt(
         help="HAMi mode: the extender's filter returns only the best node, so kube-scheduler skips "
              "/prioritize.")] = False,
+    node_identity: Annotated[bool, Opt(
+        help="Each node-agent connects to NATS as its own node (auth callout, `gpubus authn`); "
+             "needs the embedded NATS.")] = True,
 ) -> None:
     """Bring up a whole simulated GPU cluster on this machine: NATS, API server, webhook, scheduler, nodes."""
     if not simulator.installed():
@@ -116,7 +119,8 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     spec = StackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_url=nats, nats_port=nats_port,
                      nats_cluster=nats_cluster, nats_replicas=nats_replicas,
                      port_base=port_base, split_count=split_count, pod_duration=pod_duration,
-                     log_level=log_level.value, fresh=fresh, single_node_filter=single_node_filter)
+                     log_level=log_level.value, fresh=fresh, single_node_filter=single_node_filter,
+                     node_identity=node_identity)
     with contextlib.suppress(KeyboardInterrupt):
         code = asyncio.run(_up(spec))
         raise typer.Exit(code)

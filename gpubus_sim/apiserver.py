@@ -50,6 +50,7 @@ from gpubus_sim.objects import finish_create
 from gpubus_sim.pod_log_http import PodLogHandler
 from gpubus_sim.store import Store
 from gpubus_sim.subresources import SUBRESOURCES, SubVerb
+from gpubus_sim.tokens import ServiceAccountTokens, add_token_routes
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class SimApiServer:
         self.store = Store(history_limit=history_limit)
         self.admission = AdmissionChain(webhooks)
         self.handlers = ResourceHandlers(self.store, self.admission, watch or WatchSettings())
+        self.tokens = ServiceAccountTokens(self.store)
         self.pod_logs = PodLogHandler(self.store, PodLogFiles(log_dir) if log_dir is not None else None)
         self._runner: web.AppRunner | None = None
         self.openapi = openapi.build(KINDS, NAMESPACED)
@@ -238,6 +240,7 @@ def add_routes(router: web.UrlDispatcher, h: ResourceHandlers, server: SimApiSer
         router.add_get(path, handler)
 
     _add_subresource_routes(router, h, server)
+    add_token_routes(router, server.tokens)
     for resource in KINDS:
         if resource in NAMESPACED:
             collection = f"/api/v1/namespaces/{{ns}}/{resource}"

@@ -90,6 +90,7 @@ def sim_nodes(  # noqa: PLR0917
     part: Annotated[str, Opt(help="all | hosts (kubelets, monitor) | agents (node-agents).")] = "all",
     hosts_dir: Annotated[Path | None, Opt(help="The hosts' sockets and files, shared by a split's two "
                                                 "processes (default: a temporary directory).")] = None,
+    node_identity: Annotated[bool, Opt(help="Each node-agent connects as its node (auth callout).")] = False,
 ) -> None:
     """N simulated nodes in one process: node-agents, kubelet stand-ins, monitor (started by `gpubus up`)."""
     from gpubus_sim.nodes import PARTS, NodesSpec, run_nodes
@@ -104,7 +105,7 @@ def sim_nodes(  # noqa: PLR0917
                      split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
                      heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
                      monitor_interval_s=monitor_interval, normal_events=normal_events,
-                     pod_log_dir=pod_log_dir, part=chosen, hosts_dir=hosts_dir)
+                     pod_log_dir=pod_log_dir, part=chosen, hosts_dir=hosts_dir, node_identity=node_identity)
     _run_uvloop(run_nodes(spec), profile)
 
 

@@ -19,6 +19,19 @@ from shared.kube_types import Event, Node, Pod, ResourceQuota, WatchEvent
 class SimKubeClient(KubeClient):
     """``KubeClient`` plus the stand-ins' and tests' calls. Build with :meth:`from_kubeconfig`."""
 
+    # service accounts ----------------------------------------------------------
+
+    async def request_token(self, namespace: str, service_account: str, *, audiences: list[str],
+                            expiration_s: int, pod: tuple[str, str] | None = None) -> str:
+        """A TokenRequest (what a kubelet asks for a projected token); ``pod`` = (name, uid) binds it."""
+        spec: dict[str, Any] = {"audiences": audiences, "expirationSeconds": expiration_s}
+        if pod is not None:
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod[0], "uid": pod[1]}
+        request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+        body = await self._call("request token", self._core.create_namespaced_service_account_token,
+                                service_account, namespace, request)
+        return str(body.get("status", {}).get("token", ""))
+
     # pods ------------------------------------------------------------------
 
     async def patch_pod_status(self, namespace: str, name: str, merge_patch: dict[str, Any]) -> Pod:

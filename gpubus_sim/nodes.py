@@ -33,6 +33,7 @@ from gpubus_sim.event_metrics import RecorderStatsCollector
 from gpubus_sim.events import RecorderSettings
 from gpubus_sim.kube import SimKubeClient
 from gpubus_sim.node import Admitted, SimNode, SimNodeSettings, parse_duration
+from gpubus_sim.node_identity import ensure_namespace, node_token_file
 from services.monitor.app import MonitorApp
 from services.monitor.settings import MonitorSettings
 from services.node_agent.app import NodeAgent
@@ -69,6 +70,9 @@ class NodesSpec:
     """What this process runs: everything, the kubelets and monitor (``hosts``) or the node-agents."""
     hosts_dir: Path | None = None
     """The hosts' sockets and files (a split's two processes share it); None: a temporary directory."""
+    node_identity: bool = False
+    """Each node-agent connects as its own node (its pod's token, NATS auth callout), on a connection
+    of its own; the monitor and the test controls keep the shared one (:mod:`gpubus.stack_identity`)."""
 
 
 #: ``all``: node-agents, kubelets and monitor; ``hosts``: kubelets and monitor; ``agents``: node-agents.
@@ -109,6 +113,8 @@ class SimCluster:
         self.names = [f"{spec.prefix}-{i}" for i in range(1, spec.nodes + 1)]
         self.sims: dict[str, SimNode] = {}
         self.agents: dict[str, NodeAgent] = {}
+        self.node_buses: dict[str, Bus] = {}
+        """Per-node connections (``node_identity``); a node without one uses the shared ``bus``."""
         self.fatal = asyncio.Event()
         self.monitor: MonitorApp | None = None
         self._log: IO[str] | None = (spec.admissions_log.open("a", buffering=1)
@@ -128,7 +134,8 @@ class SimCluster:
 
     def _new_agent(self, node: str, source: SimulatedSource | None = None) -> NodeAgent:
         settings = self._agent_settings(node)
-        return NodeAgent(settings, source=source or SimulatedSource(node, settings.simulate), bus=self.bus,
+        return NodeAgent(settings, source=source or SimulatedSource(node, settings.simulate),
+                         bus=self.node_buses.get(node, self.bus),
                          kube=self.kube, on_fatal=self._on_fatal)
 
     def _record(self, admitted: Admitted) -> None:
@@ -140,8 +147,21 @@ class SimCluster:
                   "uid": admitted.uid, "containers": containers}
         self._log.write(json.dumps(record) + "\n")
 
+    async def connect_nodes(self) -> None:
+        """Each node's own connection, as its node (``node_identity``): its pod, token and identity."""
+        tokens = self.sockets / "tokens"
+        tokens.mkdir(exist_ok=True)
+        await ensure_namespace(self.kube)
+        for node in self.names:
+            token = await node_token_file(self.kube, node, tokens)
+            settings = BusSettings(url=self.spec.nats_url, name=f"gpubus-node-agent-{node}",
+                                   reconnect_wait_s=0.25, token_file=str(token), node=node)
+            self.node_buses[node] = await Bus.connect(settings, source="node-agent")
+
     async def start(self) -> None:
         part = self.spec.part
+        if self.spec.node_identity and part != "hosts":
+            await self.connect_nodes()
         for i, node in enumerate(self.names):
             source = SimulatedSource(node, self.spec.devices)
             if part != "agents":
@@ -220,6 +240,8 @@ class SimCluster:
             await agent.stop()
         for sim in self.sims.values():
             await sim.stop()
+        for bus in self.node_buses.values():
+            await bus.close()
         if self._log is not None:
             self._log.close()
         if self._own_sockets:

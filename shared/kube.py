@@ -19,6 +19,7 @@ This module must not know any service, the bus, or the simulator.
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -258,6 +259,32 @@ class KubeClient:
             body = await resp.read()
             resp.release()
         return orjson.loads(body) if body else None
+
+    # authentication -------------------------------------------------------
+
+    async def review_token(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """A TokenReview's ``status`` (``authenticated``, ``audiences``, ``user``, ``error``)."""
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                  "spec": {"token": token, "audiences": audiences}}
+        body = await self._call("review token", k8s.AuthenticationV1Api(self._api_client).create_token_review,
+                                review)
+        status = body.get("status") if isinstance(body, dict) else None
+        return status if isinstance(status, dict) else {}
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return cast(dict[str, Any], await self._call("get secret", self._core.read_namespaced_secret,
+                                                         name, namespace))
+        except NotFound:
+            return None
+
+    async def create_secret(self, namespace: str, name: str, data: dict[str, bytes], *,
+                            labels: dict[str, str] | None = None) -> None:
+        """An Opaque Secret (``data`` base64-encoded here); Conflict if it exists."""
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+        await self._call("create secret", self._core.create_namespaced_secret, namespace, body)
 
     # pods ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import secrets
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,6 +41,7 @@ from shared.bus.fanout import Fanout, Route
 from shared.bus.kv import KV
 from shared.bus.lease import Lease
 from shared.bus.outbox import Outbox
+from shared.bus.scope import scoped_filters
 from shared.bus.settings import BusSettings, check_settings, connect_options, redact_url
 from shared.bus.stats import BusStats
 from shared.codec import MAX_EVENT_BYTES, encode
@@ -92,7 +94,8 @@ class Bus:
         credentials or TLS, ``BusUnavailable`` when no server answered in time.
         """
         check_settings(settings)
-        first = _FirstConnect(redact_url(settings.url), settings.initial_connect_timeout_s or None)
+        first = _FirstConnect(redact_url(settings.url), settings.initial_connect_timeout_s or None,
+                              retry_refusals=settings.token_file is not None)
         stats_box: list[Bus] = []
         nc = Client()
         await first.run(nc, {**connect_options(settings), **_callbacks(settings, stats_box, first)})
@@ -131,10 +134,14 @@ class Bus:
     async def ensure_schema(self) -> None:
         """Create or converge the ``GPUBUS`` stream and the inventory/allocations/locks buckets.
 
+        A node-scoped connection (``settings.node``) may not change streams: it leaves them to
+        the role users (the scheduler) and does nothing here.
         A JetStream cluster still electing its leaders times out or answers "temporarily
         unavailable": retried up to ``initial_connect_timeout_s``. ``BusRefused`` (replicas the
         cluster cannot place) is raised at once: waiting cannot fix a setting.
         """
+        if self.settings.node is not None:
+            return
         timeout = self.settings.initial_connect_timeout_s
         deadline = asyncio.get_running_loop().time() + timeout if timeout else None
         backoff = _SCHEMA_BACKOFF_MIN_S
@@ -235,10 +242,28 @@ class Bus:
         ``subjects`` creates the consumer; later routes join it. Delivery is gapless across
         reconnects; a failing handler is logged and counted, not retried.
         """
+        if self.settings.node is not None:
+            return await self._scoped_route(subjects, token, handler, deliver)
         fanout = self._fanouts.get(subjects)
         if fanout is None:
             fanout = self._fanouts[subjects] = Fanout(self.js, STREAM, subjects, self.stats, deliver=deliver)
         return await fanout.add(token, handler)
+
+    async def _scoped_route(self, subjects: tuple[str, ...], token: str, handler: Handler,
+                            deliver: Deliver) -> Route:
+        """A node-scoped connection: one named consumer per filter (:func:`scoped_filters`)."""
+        assert self.settings.node is not None
+        fanouts = []
+        for subject in scoped_filters(subjects, self.settings.node):
+            fanout = self._fanouts.get((subject,))
+            if fanout is None:
+                fanout = self._fanouts[(subject,)] = Fanout(self.js, STREAM, (subject,), self.stats,
+                                                            deliver=deliver, name=secrets.token_hex(8))
+            fanouts.append(fanout)
+        route = Route(fanouts, token, handler)
+        for fanout in fanouts:
+            await fanout.attach(route)
+        return route
 
     # -- state ----------------------------------------------------------------------------
     async def kv(self, bucket: str) -> KV:
@@ -365,9 +390,13 @@ def _check_size(what: str, body: int, header: int, max_payload: int) -> None:
 class _FirstConnect:
     """The initial connect: retried until its deadline, ended at once by a refusal."""
 
-    def __init__(self, where: str, timeout: float | None) -> None:
+    def __init__(self, where: str, timeout: float | None, *, retry_refusals: bool = False) -> None:
+        """``retry_refusals``: a refusal is retried like an outage (a token checked by NATS's auth
+        callout is refused while the callout is down, and before it knows a new pod)."""
         self.where = where
         self.timeout = timeout
+        self.retry_refusals = retry_refusals
+        self._retried = 0
         self.done = False
         self._last: Exception | None = None
         self._refusal: str | None = None
@@ -376,7 +405,14 @@ class _FirstConnect:
     def seen(self, e: Exception) -> None:
         """Called with every error of a connect attempt (nats-py's ``error_cb``)."""
         self._last = e
-        self._refusal = self._refusal or refusal_reason(e)
+        reason = refusal_reason(e)
+        if reason and self.retry_refusals and isinstance(e, nats.errors.Error):
+            if not self._retried:
+                log.warning("NATS at %s refused our token (%s); retrying until it is let in: the auth "
+                            "callout may be down or not know this pod yet", self.where, reason)
+            self._retried += 1
+            return
+        self._refusal = self._refusal or reason
         if self._refusal:
             self._refused.set()
 

@@ -43,28 +43,33 @@ IDLE_HEARTBEAT_S = 2.0
 
 
 class Route:
-    """One token's registration on a :class:`Fanout`; :meth:`stop` removes it."""
+    """One token's registration on one or more :class:`Fanout`; :meth:`stop` removes it."""
 
-    def __init__(self, fanout: Fanout, token: str, handler: Handler) -> None:
-        self._fanout = fanout
+    def __init__(self, fanouts: Sequence[Fanout], token: str, handler: Handler) -> None:
+        self._fanouts = tuple(fanouts)
         self.token = token
         self.handler = handler
 
     @property
     def running(self) -> bool:
-        return self._fanout.routes.get(self.token) is self
+        return any(f.routes.get(self.token) is self for f in self._fanouts)
 
     async def stop(self) -> None:
-        if self.running:
-            del self._fanout.routes[self.token]
+        for fanout in self._fanouts:
+            if fanout.routes.get(self.token) is self:
+                del fanout.routes[self.token]
 
 
 class Fanout:
     """One ordered push consumer over ``subjects``; events go to the route of their last token."""
 
     def __init__(self, js: JetStreamContext, stream: str, subjects: Sequence[str], stats: BusStats, *,
-                 deliver: Deliver = "new", on_decode_error: DecodeErrorHandler | None = None) -> None:
+                 deliver: Deliver = "new", on_decode_error: DecodeErrorHandler | None = None,
+                 name: str | None = None) -> None:
+        """``name``: the consumer's name, so that its create request names its one filter subject
+        (node-scoped connections; see :mod:`shared.bus.scope`)."""
         self._js = js
+        self._name = name
         self._deliver = deliver
         self._stream = stream
         self.subjects = tuple(subjects)
@@ -80,20 +85,26 @@ class Fanout:
 
     async def add(self, token: str, handler: Handler) -> Route:
         """Route events whose subject ends in ``token`` to ``handler`` (from now on)."""
+        route = Route((self,), token, handler)
+        await self.attach(route)
+        return route
+
+    async def attach(self, route: Route) -> None:
+        """Feed ``route`` from this fanout too (a route over several node-scoped consumers)."""
         async with self._starting:
             if self._sub is None:
                 self._sub = await self._subscribe()
-        if token in self.routes:
-            raise ValueError(f"token {token!r} already has a route on {self.subjects}")
-        route = Route(self, token, handler)
-        self.routes[token] = route
-        return route
+        if route.token in self.routes:
+            raise ValueError(f"token {route.token!r} already has a route on {self.subjects}")
+        self.routes[route.token] = route
 
     async def _subscribe(self) -> JetStreamContext.PushSubscription:
         config = api.ConsumerConfig()
         start_policy(config, self._deliver)
         if len(self.subjects) > 1:
             config.filter_subjects = list(self.subjects)  # nats-server >= 2.10
+        if self._name is not None:
+            config.name = self._name
         with translated(f"subscribe {', '.join(self.subjects)}"):
             # "new" starts after what the stream holds now; an earlier event is never ours.
             floor = (await self._js.stream_info(self._stream)).state.last_seq if self._deliver == "new" else 0

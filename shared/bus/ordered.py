@@ -18,6 +18,8 @@ is no public hook) and do nothing where it is absent.
 from __future__ import annotations
 
 import logging
+import secrets
+from typing import Any
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -33,8 +35,26 @@ def prepare(sub: JetStreamContext.PushSubscription, floor: int) -> None:
     request = getattr(jsi, "_ccreq", None)
     if request is not None:
         request.opt_start_time = None
+        if request.name:
+            _renamed_on_reset(jsi)
     if getattr(jsi, "_sseq", None) == 0:
         jsi._sseq = floor
+
+
+def _renamed_on_reset(jsi: Any) -> None:
+    """A named consumer (node-scoped: :mod:`shared.bus.scope`) is re-created under a new name.
+
+    Under its old name the create is an update of the consumer the server may still hold, and an
+    update cannot change the deliver policy (JetStream error 10012): the consumer came back only
+    once the server dropped the old one for inactivity (~8 s in a test). The old one goes so still.
+    """
+    reset = jsi.reset_ordered_consumer
+
+    async def renamed(sseq: int | None) -> bool:
+        jsi._ccreq.name = secrets.token_hex(8)
+        return bool(await reset(sseq))
+
+    jsi.reset_ordered_consumer = renamed
 
 
 async def resume(sub: JetStreamContext.PushSubscription, after: int, what: str) -> None:

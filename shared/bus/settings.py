@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import logging
 import re
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared.bus.scope import node_inbox_prefix
 from shared.errors import BusRefused
+
+log = logging.getLogger(__name__)
 
 #: JetStream keeps at most this many copies of a stream (an odd number of RAFT peers, 1..5).
 MAX_REPLICAS = 5
@@ -22,7 +27,7 @@ MAX_REPLICAS = 5
 REPLICAS_SETTING = "replicas (GPUBUS_BUS_REPLICAS / --nats-replicas)"
 
 _SECRET_FIELDS = frozenset({"password", "token"})
-_FILE_FIELDS = ("creds_file", "nkey_seed_file", "tls_ca", "tls_cert", "tls_key")
+_FILE_FIELDS = ("creds_file", "nkey_seed_file", "token_file", "tls_ca", "tls_cert", "tls_key")
 _URL_USERINFO = re.compile(r"(?<=://)[^@/]*@")
 
 
@@ -41,6 +46,13 @@ class BusSettings:
     """Path to a ``.creds`` file (JWT + nkey seed) for decentralised auth."""
     nkey_seed_file: str | None = None
     """Path to a file holding an nkey user seed (``SU...``)."""
+    token_file: str | None = None
+    """Path to a bearer token sent as CONNECT ``auth_token``, re-read at every (re)connect: a node's
+    projected service-account token, which the kubelet rotates and NATS's auth callout checks.
+    With it a refused connection is retried (the callout may be down), not fatal."""
+    node: str | None = None
+    """This connection speaks for this node only (per-node identity): replies come to
+    ``_INBOX_<node>``, consumers are made one filter each, and the schema is left to the roles."""
     tls_ca: str | None = None
     """CA bundle that signed the server certificate; enables TLS."""
     tls_cert: str | None = None
@@ -150,11 +162,24 @@ def connect_options(settings: BusSettings) -> dict[str, Any]:
     optional = {
         "user": settings.user,
         "password": settings.password,
-        "token": settings.token,
+        "token": _token_reader(settings.token_file) if settings.token_file else settings.token,
         "user_credentials": settings.creds_file,
         "nkeys_seed": settings.nkey_seed_file,
+        "inbox_prefix": node_inbox_prefix(settings.node) if settings.node else None,
         "tls_hostname": settings.tls_hostname,
         "tls": tls_context(settings),
     }
     opts.update({k: v for k, v in optional.items() if v is not None})
     return opts
+
+
+def _token_reader(path: str) -> Callable[[], str]:
+    """nats-py calls this at every CONNECT, so a rotated token file is picked up on reconnect."""
+    def read() -> str:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as e:
+            # nats-py sends what we return; an empty token is refused like a wrong one, and retried
+            log.warning("bus setting token_file: cannot read %s: %s", path, e)
+            return ""
+    return read

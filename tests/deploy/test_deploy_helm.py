@@ -104,7 +104,7 @@ def _gpubus_commands(docs: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return found
 
 
-@pytest.mark.parametrize("service", ["scheduler", "webhook", "node-agent", "monitor", "dashboard"])
+@pytest.mark.parametrize("service", ["scheduler", "webhook", "node-agent", "monitor", "dashboard", "authn"])
 def test_every_rendered_command_line_parses_with_the_real_cli(service: str) -> None:
     """Each value set's flags for ``service`` are accepted by ``gpubus <service>``."""
     command_lines = [flags for value_set in VALUE_SETS
@@ -262,7 +262,7 @@ def test_node_daemonset_mounts_kubelet_dirs_and_hook_path_with_host_pids() -> No
     spec = daemonset["spec"]["template"]["spec"]
     assert spec["hostPID"] is True
     assert spec["nodeSelector"] == {"gpu": "on"}
-    volumes = {v["name"]: v["hostPath"] for v in spec["volumes"]}
+    volumes = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
     assert volumes["device-plugins"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
     assert volumes["pod-resources"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
     assert volumes["hook"]["path"] == "/usr/local/vgpu"
@@ -275,6 +275,40 @@ def test_node_containers_get_their_node_name_from_the_downward_api() -> None:
         env = {e["name"]: e for e in _container(daemonset, name)["env"]}
         assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
         assert any("$(NODE_NAME)" in arg for arg in _container(daemonset, name)["args"])
+
+
+def test_node_containers_connect_with_their_pods_audience_bound_token() -> None:
+    """Per-node identity: a projected token for gpubus authn's audience, the bus told its node."""
+    daemonset = find(documents({}), "DaemonSet", "gpubus-node")
+    spec = daemonset["spec"]["template"]["spec"]
+    [token] = [v["projected"]["sources"][0]["serviceAccountToken"] for v in spec["volumes"]
+               if v["name"] == "nats-token"]
+    assert token == {"audience": "gpubus-nats", "expirationSeconds": 3600, "path": "token"}
+    for name in ("node-agent", "monitor"):
+        container = _container(daemonset, name)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["GPUBUS_BUS_TOKEN_FILE"] == "/var/run/secrets/gpubus/nats/token"
+        assert env["GPUBUS_BUS_NODE"] == "$(NODE_NAME)"
+        assert "GPUBUS_BUS_PASSWORD" not in env and "GPUBUS_BUS_USER" not in env
+        assert {"name": "nats-token", "mountPath": "/var/run/secrets/gpubus/nats", "readOnly": True} \
+            in container["volumeMounts"]
+
+
+def test_authn_reviews_tokens_of_the_node_service_account_only() -> None:
+    docs = documents({})
+    authn = _container(find(docs, "Deployment", "gpubus-authn"), "authn")
+    assert "--service-account=gpubus-system:gpubus-node" in authn["args"]
+    assert "--audience=gpubus-nats" in authn["args"] and "--in-cluster" in authn["args"]
+    env = {e["name"]: e for e in authn["env"]}
+    assert env["GPUBUS_BUS_USER"]["value"] == "authn"
+    rules = find(docs, "ClusterRole", "gpubus-authn")["rules"]
+    review = {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    assert review in rules
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]} in rules
+    job = find(docs, "Job", "gpubus-authn-keygen")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert _container(job, "keygen")["args"] == ["authn-keygen", "--secret=gpubus-nats-callout",
+                                                 "--namespace=gpubus-system"]
 
 
 def test_only_node_containers_run_as_root() -> None:
@@ -293,9 +327,11 @@ def test_only_node_containers_run_as_root() -> None:
 def test_each_service_has_its_own_service_account() -> None:
     docs = documents({})
     accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
-    assert accounts == {"gpubus-scheduler", "gpubus-webhook", "gpubus-node", "gpubus-dashboard"}
+    assert accounts == {"gpubus-scheduler", "gpubus-webhook", "gpubus-node", "gpubus-dashboard",
+                        "gpubus-authn", "gpubus-authn-keygen"}
     for kind, name in (("Deployment", "gpubus-scheduler"), ("Deployment", "gpubus-webhook"),
-                       ("DaemonSet", "gpubus-node"), ("Deployment", "gpubus-dashboard")):
+                       ("DaemonSet", "gpubus-node"), ("Deployment", "gpubus-dashboard"),
+                       ("Deployment", "gpubus-authn"), ("Job", "gpubus-authn-keygen")):
         assert find(docs, kind, name)["spec"]["template"]["spec"]["serviceAccountName"] == name
 
 
@@ -330,8 +366,8 @@ def test_node_agent_and_monitor_patch_nodes_and_read_pods_only() -> None:
 # -- NATS -----------------------------------------------------------------------------------
 
 def _nats_users() -> dict[str, dict[str, Any]]:
-    users = chart_values()["nats"]["config"]["merge"]["accounts"]["GPUBUS"]["users"]
-    return {u["user"]: u for u in users}
+    accounts = chart_values()["nats"]["config"]["merge"]["accounts"]
+    return {u["user"]: u for account in ("GPUBUS", "AUTH") for u in accounts[account]["users"]}
 
 
 def test_every_service_connects_as_its_own_nats_user_with_a_password_from_the_secret() -> None:
@@ -340,9 +376,8 @@ def test_every_service_connects_as_its_own_nats_user_with_a_password_from_the_se
     assert set(secret["data"]) == set(_nats_users())
     workloads = {("Deployment", "gpubus-scheduler", "scheduler"): "scheduler",
                  ("Deployment", "gpubus-webhook", "webhook"): "webhook",
-                 ("DaemonSet", "gpubus-node", "node-agent"): "node-agent",
-                 ("DaemonSet", "gpubus-node", "monitor"): "monitor",
-                 ("Deployment", "gpubus-dashboard", "dashboard"): "dashboard"}
+                 ("Deployment", "gpubus-dashboard", "dashboard"): "dashboard",
+                 ("Deployment", "gpubus-authn", "authn"): "authn"}  # nodes: their token (test above)
     for (kind, name, container), user in workloads.items():
         env = {e["name"]: e for e in _container(find(docs, kind, name), container)["env"]}
         assert env["GPUBUS_BUS_URL"]["value"] == f"nats://gpubus-nats.{NAMESPACE}.svc:4222"
@@ -400,6 +435,16 @@ def _replicas_env(values: dict[str, Any]) -> set[str]:
 def test_stream_and_bucket_replicas_follow_the_nats_cluster(values: dict[str, Any], replicas: str) -> None:
     # A clustered bundled NATS gets R3 stream and buckets, so losing one NATS server loses nothing.
     assert _replicas_env(values) == {replicas}
+
+
+def test_nats_sends_every_client_but_the_static_users_to_the_callout() -> None:
+    nats = chart_values()["nats"]
+    callout = nats["config"]["merge"]["authorization"]["auth_callout"]
+    assert callout["account"] == "AUTH" and set(callout["auth_users"]) == set(_nats_users())
+    assert "node-agent" not in _nats_users() and "monitor" not in _nats_users()
+    variable = callout["issuer"].removeprefix("<< $").removesuffix(" >>")
+    assert nats["container"]["env"][variable]["valueFrom"]["secretKeyRef"] == {
+        "name": "gpubus-nats-callout", "key": "issuer.pub"}
 
 
 def test_external_nats_uses_the_given_url_and_secret() -> None:

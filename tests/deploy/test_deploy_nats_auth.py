@@ -4,7 +4,10 @@ Case matrix: two configurations, the example ``deploy/nats/nats-server.conf`` an
 Helm chart merges into the official NATS chart's config (``nats.config.merge`` in values.yaml,
 rendered the way that chart renders it: YAML -> JSON, ``"<< $X >>"`` -> ``$X``), each run by a
 real nats-server. For each role: the JetStream work it needs (schema, KV, leases, consumers)
-succeeds, the subjects it owns are stored, and a subject of another stage is refused.
+succeeds, the subjects it owns are stored, and a subject of another stage is refused. Node-agents
+and monitors have no user: both configurations send them to the auth callout, here a real
+``gpubus authn`` (issuer key in ``$GPUBUS_NATS_CALLOUT_ISSUER``, TokenReview by the API server
+stand-in), which lets node-1's token in as node-1 only; a node without a token is refused.
 """
 
 from __future__ import annotations
@@ -24,15 +27,22 @@ from asyncwait import wait_until
 from helmchart import ROOT, chart_values
 from natsproc import free_port, nats_server_binary, wait_until_serving
 
+from gpubus_sim.apiserver import SimApiServer
+from gpubus_sim.kube import SimKubeClient
+from services.authn import nkeyjwt
+from services.authn.app import Authn, AuthnApp
+from services.authn.settings import AuthnSettings
 from services.dashboard.app import Dashboard
 from services.dashboard.settings import DashboardSettings
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings
+from shared.errors import BusRefused
 from shared.events import Inventory
 from shared.inventory_entries import encode_inventory
 from shared.model import DeviceInfo, DeviceUUID
 
 EXAMPLE_CONF = ROOT / "deploy" / "nats" / "nats-server.conf"
-ROLES = ("scheduler", "webhook", "node-agent", "monitor", "tap", "dashboard")
+ROLES = ("scheduler", "webhook", "tap", "dashboard", "authn")
+ISSUER = nkeyjwt.Signer.generate(nkeyjwt.PREFIX_ACCOUNT)
 PASSWORD_ENV = {role: f"GPUBUS_NATS_{role.upper().replace('-', '_')}_PASSWORD" for role in ROLES}
 
 
@@ -90,6 +100,7 @@ class ConfiguredServer:
 def _server_env() -> dict[str, str]:
     env = {name: _password(role) for role, name in PASSWORD_ENV.items()}
     env["GPUBUS_NATS_SYS_PASSWORD"] = _password("sys")
+    env["GPUBUS_NATS_CALLOUT_ISSUER"] = ISSUER.public_key
     return env
 
 
@@ -129,8 +140,57 @@ async def connect(server: ConfiguredServer) -> AsyncIterator[Any]:
         await bus.close()
 
 
-async def _refused(server: ConfiguredServer, role: str, subject: str, within_s: float = 5.0) -> bool:
-    """Publish once as ``role``; True when the server answers with a permissions violation.
+class NodeIdentity:
+    """The callout side: the API server stand-in (TokenRequest, TokenReview) and ``gpubus authn``."""
+
+    def __init__(self, server: ConfiguredServer, kube: SimKubeClient) -> None:
+        self.server, self.kube = server, kube
+        self.buses: list[Bus] = []
+
+    async def token(self, node: str) -> str:
+        name = f"gpubus-{node}"
+        pod = await self.kube.get_pod("gpubus-system", name) or await self.kube.create_pod("gpubus-system", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "gpubus"}]}})
+        return await self.kube.request_token("gpubus-system", "gpubus-node", audiences=["gpubus-nats"],
+                                             expiration_s=3600, pod=(name, pod["metadata"]["uid"]))
+
+    async def bus(self, node: str) -> Bus:
+        path = self.server.conf_path.parent / f"{node}.token"
+        path.write_text(await self.token(node))
+        bus = await Bus.connect(BusSettings(url=self.server.url, token_file=str(path), node=node,
+                                            name=f"test-{node}", initial_connect_timeout_s=5.0,
+                                            request_timeout_s=2.0, reconnect_wait_s=0.1, flush_timeout_s=1.0),
+                                source=f"test-{node}")
+        self.buses.append(bus)
+        return bus
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def node_identity(server: ConfiguredServer, tmp_path: Path) -> AsyncIterator[NodeIdentity]:
+    seed = tmp_path / "issuer.seed"
+    seed.write_bytes(ISSUER.seed)
+    async with SimApiServer(namespaces=("default", "gpubus-system")) as api:
+        kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        callout_bus = await Bus.connect(_settings(server, "authn"), source="authn")
+        settings = AuthnSettings(issuer_seed_file=str(seed), port=0, bind="127.0.0.1")
+        app = AuthnApp(Authn(settings, ISSUER, kube), callout_bus)
+        await app.start()
+        identity = NodeIdentity(server, kube)
+        try:
+            yield identity
+        finally:
+            for bus in identity.buses:
+                await bus.close()
+            await app.stop()
+            await callout_bus.close()
+            await kube.close()
+
+
+async def _refused(server: ConfiguredServer, subject: str, *, role: str | None = None,
+                   token: str | None = None, within_s: float = 5.0) -> bool:
+    """Publish once as ``role`` (or with node-1's ``token``); True when the server answers with a
+    permissions violation.
 
     The violation arrives asynchronously (nats-py may write its flush PING ahead of the PUB),
     so this waits for it; only a publish that was wrongly allowed costs the full ``within_s``.
@@ -141,8 +201,9 @@ async def _refused(server: ConfiguredServer, role: str, subject: str, within_s: 
         if "permissions violation" in str(e).lower() and subject.lower() in str(e).lower():
             violation.set()
 
-    nc = await nats.connect(server.url, user=role, password=_password(role), error_cb=on_error,
-                            allow_reconnect=False)
+    credentials: dict[str, Any] = ({"token": token, "inbox_prefix": "_INBOX_node-1"} if role is None
+                                   else {"user": role, "password": _password(role)})
+    nc = await nats.connect(server.url, error_cb=on_error, allow_reconnect=False, **credentials)
     try:
         await nc.publish(subject, b"x")
         await nc.flush(timeout=2)
@@ -185,15 +246,15 @@ async def test_scheduler_owns_the_ledger_and_decisions(connect: Any, server: Con
         assert await bus.request("gpubus.query.scheduler.bind", b"{}", timeout=5) == b'{"Error":""}'
     finally:
         await service.stop()
-    assert await _refused(server, "scheduler", "gpubus.inventory.snapshot.node-1")
-    assert await _refused(server, "scheduler", "gpubus.usage.sample.node-1")
+    assert await _refused(server, "gpubus.inventory.snapshot.node-1", role="scheduler")
+    assert await _refused(server, "gpubus.usage.sample.node-1", role="scheduler")
 
 
 async def test_node_agent_reports_its_node_and_allocations_but_never_decides(
-        connect: Any, server: ConfiguredServer) -> None:
-    bus = await connect("node-agent")
-    await bus.ensure_schema()
-    await bus.subscribe("gpubus.allocation.>", _ignore, deliver="new")
+        node_identity: Any, server: ConfiguredServer) -> None:
+    bus = await node_identity.bus("node-1")
+    await bus.ensure_schema()  # a node-scoped bus leaves the schema to the roles
+    await bus.route(("gpubus.allocation.decided.*", "gpubus.allocation.released.*"), "node-1", _ignore)
     assert await _stored(bus, "gpubus.inventory.snapshot.node-1")
     assert await _stored(bus, "gpubus.device.health.node-1")
     for verb in ("applied", "failed", "mismatch"):
@@ -204,9 +265,20 @@ async def test_node_agent_reports_its_node_and_allocations_but_never_decides(
     revision = await locks.create("alloc.node-1.2", b"pod-uid-2")
     await locks.delete("alloc.node-1.2", last=revision)
     assert (await (await bus.kv(ALLOCATIONS)).items()) is not None
+    token = await node_identity.token("node-1")
     for subject in ("gpubus.allocation.decided.node-1", "gpubus.allocation.released.node-1",
-                    "gpubus.pod.admitted._", "gpubus.usage.sample.node-1", "$KV.allocations.pod-uid-1"):
-        assert await _refused(server, "node-agent", subject), subject
+                    "gpubus.pod.admitted._", "gpubus.inventory.snapshot.node-2", "$KV.allocations.pod-uid-1",
+                    "$KV.inventory.node-2", "$KV.locks.alloc.node-2.1"):
+        assert await _refused(server, subject, token=token), subject
+
+
+async def test_a_node_without_a_token_is_refused(node_identity: Any, server: ConfiguredServer) -> None:
+    with pytest.raises(BusRefused):
+        await Bus.connect(BusSettings(url=server.url, name="no-token", initial_connect_timeout_s=5.0),
+                          source="intruder")
+    with pytest.raises(BusRefused):  # a static user's name without its password is no way around it
+        await Bus.connect(BusSettings(url=server.url, user="node-agent", password="guess",
+                                      initial_connect_timeout_s=5.0), source="intruder")
 
 
 async def test_webhook_only_announces_admissions(connect: Any, server: ConfiguredServer) -> None:
@@ -215,25 +287,26 @@ async def test_webhook_only_announces_admissions(connect: Any, server: Configure
     assert await _stored(bus, "gpubus.pod.admitted._")
     assert await _stored(bus, "gpubus.pod.rejected._")
     for subject in ("gpubus.allocation.decided.node-1", "gpubus.inventory.snapshot.node-1", "$KV.locks.x"):
-        assert await _refused(server, "webhook", subject), subject
+        assert await _refused(server, subject, role="webhook"), subject
 
 
 async def test_monitor_publishes_usage_and_follows_allocations(
-        connect: Any, server: ConfiguredServer) -> None:
-    bus = await connect("monitor")
-    await bus.ensure_schema()
-    await bus.subscribe("gpubus.allocation.>", _ignore, deliver="all")
+        node_identity: Any, server: ConfiguredServer) -> None:
+    bus = await node_identity.bus("node-1")
+    await bus.route(("gpubus.allocation.*.node-1", "gpubus.allocation.released._",
+                     "gpubus.inventory.snapshot.node-1"), "*", _ignore, deliver="all")
     assert await _stored(bus, "gpubus.usage.sample.node-1")
     assert await (await bus.kv(ALLOCATIONS)).items() is not None
-    for subject in ("gpubus.allocation.applied.node-1", "gpubus.inventory.snapshot.node-1",
+    token = await node_identity.token("node-1")
+    for subject in ("gpubus.usage.sample.node-2", "gpubus.allocation.decided.node-1",
                     "$KV.allocations.pod-uid-1"):
-        assert await _refused(server, "monitor", subject), subject
+        assert await _refused(server, subject, token=token), subject
 
 
 async def test_tap_reads_everything_and_writes_nothing(connect: Any, server: ConfiguredServer) -> None:
-    writer = await connect("node-agent")
+    writer = await connect("scheduler")
     await writer.ensure_schema()
-    assert await _stored(writer, "gpubus.inventory.snapshot.node-tap")
+    assert await _stored(writer, "gpubus.allocation.released.node-tap")
     tap = await connect("tap")
     messages: list[str] = []
     done = asyncio.Event()
@@ -242,18 +315,18 @@ async def test_tap_reads_everything_and_writes_nothing(connect: Any, server: Con
         messages.append(subject)
         done.set()
 
-    await tap.subscribe("gpubus.inventory.snapshot.node-tap", _ignore, deliver="all", on_decode_error=on_raw)
+    await tap.subscribe("gpubus.allocation.released.node-tap", _ignore, deliver="all", on_decode_error=on_raw)
     await asyncio.wait_for(done.wait(), 5)
-    assert messages == ["gpubus.inventory.snapshot.node-tap"]
+    assert messages == ["gpubus.allocation.released.node-tap"]
     for subject in ("gpubus.pod.admitted._", "gpubus.allocation.decided.n", "$KV.locks.x",
                     "$JS.API.STREAM.DELETE.GPUBUS"):
-        assert await _refused(server, "tap", subject), subject
+        assert await _refused(server, subject, role="tap"), subject
 
 
-async def test_dashboard_serves_its_view_and_can_write_nothing(connect: Any,
+async def test_dashboard_serves_its_view_and_can_write_nothing(connect: Any, node_identity: Any,
                                                                server: ConfiguredServer) -> None:
-    writer = await connect("node-agent")
-    await writer.ensure_schema()
+    await (await connect("scheduler")).ensure_schema()
+    writer = await node_identity.bus("node-dash")
     snapshot = Inventory(node="node-dash", devices=(DeviceInfo(id=DeviceUUID("GPU-dash"), type="NVIDIA-A100",
                                                                devmem=81920),))
     await (await writer.kv(INVENTORY)).put("node-dash", encode_inventory(snapshot))
@@ -269,7 +342,7 @@ async def test_dashboard_serves_its_view_and_can_write_nothing(connect: Any,
     for subject in ("gpubus.pod.admitted._", "gpubus.allocation.decided.n", "$KV.inventory.node-dash",
                     "$KV.allocations.x", "gpubus.query.scheduler.bind", "$JS.API.STREAM.DELETE.GPUBUS",
                     "$JS.API.CONSUMER.DURABLE.CREATE.GPUBUS.x", "$JS.ACK.GPUBUS.x"):
-        assert await _refused(server, "dashboard", subject), subject
+        assert await _refused(server, subject, role="dashboard"), subject
 
 
 async def _ignore(event: Any) -> None:

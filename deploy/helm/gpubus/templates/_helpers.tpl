@@ -124,6 +124,32 @@ smaller cluster), else 1. */}}
 {{- end }}
 {{- end }}
 
+{{/* NATS env of a node container (node-agent, monitor): its pod's token with per-node identity,
+else the static user .user. NODE_NAME must be set before it. */}}
+{{- define "gpubus.natsNodeEnv" -}}
+{{- if .ctx.Values.nodeIdentity.enabled }}
+- name: GPUBUS_BUS_URL
+  value: {{ include "gpubus.natsUrl" .ctx | quote }}
+- name: GPUBUS_BUS_REPLICAS
+  value: {{ include "gpubus.natsReplicas" .ctx | quote }}
+- name: GPUBUS_BUS_TOKEN_FILE
+  value: /var/run/secrets/gpubus/nats/token
+- name: GPUBUS_BUS_NODE
+  value: $(NODE_NAME)
+{{- else }}
+{{- include "gpubus.natsEnv" . }}
+{{- end }}
+{{- end }}
+
+{{/* The projected NATS token's mount in a node container (per-node identity). */}}
+{{- define "gpubus.natsTokenMount" -}}
+{{- if .Values.nodeIdentity.enabled }}
+- name: nats-token
+  mountPath: /var/run/secrets/gpubus/nats
+  readOnly: true
+{{- end }}
+{{- end }}
+
 {{/* Logging flags every gpubus service takes. */}}
 {{- define "gpubus.logArgs" -}}
 - --log-level={{ .Values.global.logLevel }}

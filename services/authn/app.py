@@ -9,8 +9,6 @@ service-account token belongs to (:mod:`identity`, :mod:`permissions`, :mod:`cal
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from pathlib import Path
@@ -26,7 +24,8 @@ from services.authn.settings import AuthnSettings
 from shared.bus import Bus, BusSettings, Service
 from shared.errors import BusRefused
 from shared.kube import KubeClient
-from shared.service import bound_port, on_stop_signals
+from shared.lifetime import Lifetime
+from shared.service import bound_port
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +132,8 @@ async def _ok(_: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-async def run(settings: AuthnSettings, bus_settings: BusSettings) -> None:
-    """Serve until SIGTERM/SIGINT."""
+async def run(settings: AuthnSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
+    """Serve until the lifetime ends (SIGTERM or SIGINT)."""
     issuer = load_issuer(settings.issuer_seed_file)
     kube = await (KubeClient.in_cluster() if settings.in_cluster or not settings.kubeconfig
                   else KubeClient.from_kubeconfig(settings.kubeconfig))
@@ -143,10 +142,7 @@ async def run(settings: AuthnSettings, bus_settings: BusSettings) -> None:
         app = AuthnApp(Authn(settings, issuer, kube), bus)
         try:
             await app.start()
-            stop = asyncio.Event()
-            on_stop_signals(stop.set)
-            with contextlib.suppress(asyncio.CancelledError):
-                await stop.wait()
+            await lifetime.wait()
         finally:
             await app.stop()
             await bus.close()

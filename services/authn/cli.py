@@ -6,6 +6,7 @@ file ``--config``) or to the bus settings (env ``GPUBUS_BUS_*``: the callout's o
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
@@ -43,7 +44,7 @@ def authn(
         settings = load_settings(AuthnSettings, cli=cli, env_prefix=ENV_PREFIX, file=common.config)
         bus = common.bus("gpubus-authn")
     setup_logging(settings.log_level, settings.log_json)
-    run_service("authn", run(settings, bus))
+    run_service("authn", functools.partial(run, settings, bus))
 
 
 def authn_keygen(

@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 
 #: The token of a route that takes every event no other route takes (a process covering all nodes).
 ANY = "*"
-#: Server heartbeat on an idle consumer; two missed ones make nats-py re-create it, seconds.
-IDLE_HEARTBEAT_S = 2.0
+#: Server heartbeat on an idle consumer; two missed ones make nats-py re-create it, seconds. On a
+#: cluster the (R1) consumer may live on a server that dies while ours lives on: then these
+#: heartbeats are all that notices, and Allocate waits for the decisions until the re-creation.
+IDLE_HEARTBEAT_S = 1.0
 
 
 class Route:

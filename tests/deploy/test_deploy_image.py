@@ -19,7 +19,9 @@ from helmchart import ROOT
 
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 IGNOREFILE = ROOT / "deploy" / "Dockerfile.dockerignore"
-SERVICES = ("webhook", "scheduler", "node_agent", "monitor")
+SERVICES = ("webhook", "scheduler", "node_agent", "monitor", "dashboard")
+#: The dashboard's pages are files of the package: without them the image serves 404s.
+DASHBOARD_STATIC = {f"services/dashboard/static/{name}" for name in ("index.html", "app.js", "app.css")}
 
 
 def _instructions() -> list[tuple[str, str]]:
@@ -115,6 +117,7 @@ def test_wheel_built_from_the_copied_files_ships_stubs_and_every_service(tmp_pat
         assert stub in names
     for service in SERVICES:
         assert any(n.startswith(f"services/{service}/") for n in names), service
+    assert set(names) >= DASHBOARD_STATIC
     assert "gpubus/cli.py" in names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "gpubus = gpubus.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

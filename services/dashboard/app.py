@@ -99,7 +99,7 @@ class Dashboard:
                 self.pulse.fire()
                 return
             except BusUnavailable as e:
-                log.info("waiting for the gpubus stream and buckets: %s", e)
+                log.warning("waiting for the gpubus stream and buckets: %s", e)
                 await self.follower.stop()
                 self.timeline = self._fresh_timeline()
                 await asyncio.sleep(RETRY_S)  # the schema is another service's to create: look again

@@ -73,8 +73,8 @@ def test_a_host_whose_ephemeral_range_starts_low_gets_a_port_from_the_kernel(
 
 
 def test_stack_ports_chosen_from_independent_picks_are_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
-    picks = iter([20001, 20001, 20002, 20002, 20003, 20001, 20004])
+    picks = iter([20001, 20001, 20002, 20002, 20003, 20001, 20004, 20004, 20005])
     monkeypatch.setattr(stack, "free_port", lambda: next(picks))
     ports = stack.Ports.choose(0)
-    chosen = (ports.apiserver, ports.webhook, ports.scheduler, ports.monitor)
-    assert sorted(chosen) == [20001, 20002, 20003, 20004]
+    chosen = (ports.apiserver, ports.webhook, ports.scheduler, ports.monitor, ports.dashboard)
+    assert sorted(chosen) == [20001, 20002, 20003, 20004, 20005]

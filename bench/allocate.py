@@ -7,7 +7,7 @@ trip goes through a real grpc.aio server on a temp unix socket. Events go to an 
 as they go to the bus outbox in production (Allocate never waits on NATS).
 Goals: handler p99 <= 0.2 ms, round trip p99 <= 2.5 ms.
 
-    .venv/bin/python bench/allocate.py [--iterations 1000]
+    .venv/bin/python bench/allocate.py [--iterations 1000] [--smoke]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return q[49] * 1000, q[98] * 1000
 
 
-async def main(iterations: int) -> None:
+async def main(iterations: int, warmup: int) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-", dir="/tmp") as tmp:
         settings = NodeAgentSettings(
             node_name="bench", simulate="8xA100-80GB", hook_path=f"{tmp}/hook", plugin_dir=tmp, metrics_port=0
@@ -71,6 +71,7 @@ async def main(iterations: int) -> None:
         handoff = Handoff(
             settings=settings,
             uuid_of=advertised.uuid_of,
+            cards={d.id: d for d in advertised.snapshot.devices},
             emit=events.append,
             metrics=NodeAgentMetrics(),
             on_done=lambda a, c: None,
@@ -94,16 +95,16 @@ async def main(iterations: int) -> None:
                 )
                 handler: list[float] = []
                 rtt: list[float] = []
-                for i in range(iterations + 50):  # the first 50 warm up
+                for i in range(iterations + warmup):  # the first `warmup` calls are not counted
                     handoff.decided(decision("bench", gpus, size))
                     started = time.perf_counter()
                     await servicer.Allocate(request, _Context())
-                    if i >= 50:
+                    if i >= warmup:
                         handler.append(time.perf_counter() - started)
                     handoff.decided(decision("bench", gpus, size))
                     started = time.perf_counter()
                     await stub.Allocate(request)
-                    if i >= 50:
+                    if i >= warmup:
                         rtt.append(time.perf_counter() - started)
                 h50, h99 = percentiles(handler)
                 r50, r99 = percentiles(rtt)
@@ -114,4 +115,6 @@ async def main(iterations: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=1000)
-    asyncio.run(main(parser.parse_args().iterations))
+    parser.add_argument("--smoke", action="store_true", help="a few calls per size: proves the bench runs")
+    args = parser.parse_args()
+    asyncio.run(main(3, 1) if args.smoke else main(args.iterations, 50))

@@ -6,7 +6,8 @@ Run: ``.venv/bin/python bench/bus.py [N_KV] [--cluster 3] [--replicas 3]``: ``--
 servers routed over loopback (what ``gpubus up --nats-cluster`` runs), ``--replicas`` the copies of
 the stream and buckets (default: 3 on a cluster, else 1). ``--compare [ROUNDS]`` runs one server at
 R1 and a 3-server cluster at R1 and at R3 side by side, measuring them in turn, round after round,
-so a busy machine's swings hit all three alike, and prints the medians. Prints figures; asserts nothing.
+so a busy machine's swings hit all three alike, and prints the medians. ``--smoke``: a few events
+on one server, to prove it runs. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -157,7 +158,9 @@ async def main() -> None:
     parser.add_argument("--replicas", type=int, default=None, help="copies of the stream and buckets")
     parser.add_argument("--compare", type=int, nargs="?", const=7, default=0, metavar="ROUNDS",
                         help="R1 vs R3 side by side, ROUNDS rounds (default 7)")
+    parser.add_argument("--smoke", action="store_true", help="a few events of each kind")
     args = parser.parse_args()
+    n_kv, publish, emit, paced = (200, 50, 100, 20) if args.smoke else (args.n_kv, 3000, 10000, 1000)
     if args.compare:
         await compare(args.compare)
         return
@@ -169,11 +172,11 @@ async def main() -> None:
         print(f"{args.cluster} server(s), R{replicas}")
         bus = await Bus.connect(BusSettings(url=server.url, replicas=replicas), source="bench")
         await bus.ensure_schema()
-        await publish_rate(bus, 3000)
-        await emit_rate(bus, 10000)
-        await latency(bus, 1000)
-        await kv_writes(bus, 1000)
-        await kv_cold_start(bus, args.n_kv)
+        await publish_rate(bus, publish)
+        await emit_rate(bus, emit)
+        await latency(bus, paced)
+        await kv_writes(bus, paced)
+        await kv_cold_start(bus, n_kv)
         await bus.close()
 
 

@@ -1,10 +1,11 @@
 """Event codec throughput for ~1 KB events: encode and decode ops/s and µs/op (p50/p99 per batch).
 
-Run: ``.venv/bin/python bench/codec.py``. Prints figures; asserts nothing.
+Run: ``.venv/bin/python bench/codec.py [--smoke]`` (``--smoke``: 2 batches). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -38,10 +39,10 @@ def decided() -> AllocationDecided:
     return AllocationDecided(allocation=alloc, node="gpu-node-0001", source="scheduler/gpubus-scheduler-0")
 
 
-def measure(fn: Callable[[], object]) -> list[float]:
+def measure(fn: Callable[[], object], rounds: int) -> list[float]:
     """µs per op for each batch of BATCH calls."""
     per_op = []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         t = time.perf_counter()
         for _ in range(BATCH):
             fn()
@@ -49,10 +50,10 @@ def measure(fn: Callable[[], object]) -> list[float]:
     return per_op
 
 
-def report(name: str, event: Event) -> None:
+def report(name: str, event: Event, rounds: int) -> None:
     data = encode(event)
     for op, fn in (("encode", lambda: encode(event)), ("decode", lambda: decode(data))):
-        us = sorted(measure(fn))
+        us = sorted(measure(fn, rounds))
         p50 = statistics.median(us)
         p99 = us[min(len(us) - 1, int(len(us) * 0.99))]
         print(f"{name:<20} {len(data):>5} B  {op}: {1e6 / p50:>9,.0f} ops/s  p50 {p50:6.2f} µs/op  "
@@ -60,10 +61,13 @@ def report(name: str, event: Event) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true")
+    rounds = 2 if parser.parse_args().smoke else ROUNDS
     sample = inventory()
     assert decode(encode(sample)) == sample
-    report("inventory(8 gpus)", inventory())
-    report("allocation.decided", decided())
+    report("inventory(8 gpus)", inventory(), rounds)
+    report("allocation.decided", decided(), rounds)
 
 
 if __name__ == "__main__":

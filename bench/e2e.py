@@ -15,6 +15,7 @@ Pod mix (reference/performance.md §5): 60 % 1 x (8 GiB, 20 %), 30 % 2 x (16 GiB
     .venv/bin/python bench/e2e.py --pods 20000 --rate 400        # saturation
     .venv/bin/python bench/e2e.py --pods 9000 --rate 150         # latency at 150 pods/s
     .venv/bin/python bench/e2e.py --single-node-filter           # HAMi mode: no /prioritize
+    .venv/bin/python bench/e2e.py --smoke                        # 2 nodes, 20 pods: proves it runs
 """
 
 from __future__ import annotations
@@ -323,4 +324,8 @@ if __name__ == "__main__":
                         help="HAMi mode: filter returns only the best node (no /prioritize round trip).")
     parser.add_argument("--node-identity", action=argparse.BooleanOptionalAction, default=True,
                         help="Node-agents connect as their own node (auth callout), as in `gpubus up`.")
-    uvloop.run(main(parser.parse_args()))  # the services' loop too: the client's own CPU stays small
+    parser.add_argument("--smoke", action="store_true", help="2 nodes x 2 GPUs, 20 small pods at 50/s.")
+    args = parser.parse_args()
+    if args.smoke:
+        args.pods, args.rate, args.nodes, args.devices, args.mix = 20, 50.0, 2, "2xA100-80GB", "small"
+    uvloop.run(main(args))  # the services' loop too: the client's own CPU stays small

@@ -12,7 +12,8 @@ One run, real parts: a nats-server subprocess, the SimApiServer, a SchedulerApp 
    sees ``allocation.decided`` (a real kubelet adds its Allocate time per pod on top).
 
 Usage: ``python bench/extender.py [--nodes 5000] [--entries 100000] [--iterations 1000] [--skip-binds]
-[--provisional-ttl 0]`` (0: /filter without its provisional slice, to see what that costs).
+[--provisional-ttl 0] [--smoke]`` (0: /filter without its provisional slice, to see what that costs;
+``--smoke``: 200 nodes, 500 entries, 20 round trips, to prove it runs).
 """
 
 from __future__ import annotations
@@ -291,4 +292,8 @@ if __name__ == "__main__":
     parser.add_argument("--skip-binds", action="store_true", help="state, cold start and /filter only")
     parser.add_argument("--provisional-ttl", type=float, default=10.0,
                         help="provisional_ttl_s of the scheduler (0: /filter holds no slice)")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    if args.smoke:
+        args.nodes, args.entries, args.iterations = 200, 500, 20
+    asyncio.run(main(args))

@@ -12,7 +12,7 @@ Three figures per size:
   +reasons the same plus every failed node's exact HAMi reason string (what /filter returns as FailedNodes)
   cold     fresh NodeState objects for every pod (no memo at all): the worst case
 
-Run: .venv/bin/python bench/fit.py [--pods 2000] [--seed 1]
+Run: .venv/bin/python bench/fit.py [--pods 2000] [--seed 1] [--smoke]  (--smoke: 50 nodes, 20 pods)
 """
 
 from __future__ import annotations
@@ -118,10 +118,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
-    for n in (1000, 5000):
+    sizes, least_cold = ((50,), 10) if args.smoke else ((1000, 5000), 100)
+    pods_per_run = 20 if args.smoke else args.pods
+    for n in sizes:
         for mode in ("warm", "+reasons", "cold"):
-            pods = args.pods if mode != "cold" else max(args.pods // 10, 100)
+            pods = pods_per_run if mode != "cold" else max(pods_per_run // 10, least_cold)
             p50, p99, fit = run(n, pods, args.seed, mode)
             print(
                 f"{n:5d} nodes x 8 GPUs  {mode:9s} pods={pods:5d}  p50 {p50:7.3f} ms  p99 {p99:7.3f} ms"

@@ -5,7 +5,7 @@ written to a temp hook directory; the ledger holds every pod. A cycle lists the 
 decodes every region, joins with the ledger, checks limits and builds the usage events.
 Prints the cold first cycle and p50/p99 of warm cycles (every cycle reads every file afresh).
 
-    .venv/bin/python bench/monitor.py [--containers 100] [--gpus 8] [--cycles 300]
+    .venv/bin/python bench/monitor.py [--containers 100] [--gpus 8] [--cycles 300] [--smoke]
 """
 
 from __future__ import annotations
@@ -76,7 +76,10 @@ def main() -> None:
     parser.add_argument("--containers", type=int, default=100)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--cycles", type=int, default=300)
+    parser.add_argument("--smoke", action="store_true", help="5 containers, 2 GPUs, 3 cycles")
     args = parser.parse_args()
+    if args.smoke:
+        args.containers, args.gpus, args.cycles = 5, 2, 3
     events: list[Event] = []
     with tempfile.TemporaryDirectory(prefix="gpubus-bench-monitor-") as tmp:
         hook = Path(tmp)

@@ -6,7 +6,7 @@ admission must not care). One client connection is reused for every request (kee
 requests go one at a time, so each figure is a full round trip: TLS record, HTTP parse, decode,
 admit, encode, response. Goal: p99 <= 2 ms.
 
-    .venv/bin/python bench/webhook.py [--requests 5000] [--warmup 500] [--pod bare|shared|multi]
+    .venv/bin/python bench/webhook.py [--requests 5000] [--warmup 500] [--pod bare|shared|multi] [--smoke]
 """
 
 from __future__ import annotations
@@ -144,7 +144,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--pod", choices=sorted(PODS), default="shared")
+    parser.add_argument("--smoke", action="store_true", help="20 requests after 5")
     args = parser.parse_args()
+    if args.smoke:
+        args.requests, args.warmup = 20, 5
 
     ca = trustme.CA()
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,6 +29,8 @@ def register(app: typer.Typer) -> None:
 
 
 _NORMAL_EVENTS_HELP = "Record Normal events (Scheduled, Started); off: Warnings only (bench/e2e.py)."
+_HOST_HELP = ("Address to listen on, also the server named in the kubeconfig it writes "
+              "(under compose the service's name, which the other containers resolve).")
 _POD_LOG_DIR_HELP = "The kubelets' container logs (/var/log/pods layout), which `kubectl logs` reads."
 
 
@@ -38,6 +40,7 @@ def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
     webhook_url: Annotated[str, Opt()],
     webhook_ca: Annotated[Path, Opt()],
     ready_file: Annotated[Path | None, Opt()] = None,
+    host: Annotated[str, Opt(help=_HOST_HELP)] = "127.0.0.1",
     pod_log_dir: Annotated[Path | None, Opt(help=_POD_LOG_DIR_HELP)] = None,
     log_level: Annotated[str, Opt()] = "info",
     profile: Annotated[Path | None, Opt(help="Write cProfile stats here on exit.")] = None,
@@ -47,7 +50,7 @@ def sim_control(  # noqa: PLR0917 - typer maps parameters to the command line
 
     setup_logging(log_level)
     spec = ControlSpec(port=port, kubeconfig=kubeconfig, webhook_url=webhook_url, webhook_ca=webhook_ca,
-                       ready_file=ready_file, pod_log_dir=pod_log_dir)
+                       ready_file=ready_file, host=host, pod_log_dir=pod_log_dir)
     _run_uvloop(run_control(spec), profile)
 
 
@@ -79,6 +82,7 @@ def sim_nodes(  # noqa: PLR0917
     split_count: Annotated[int, Opt()] = 10,
     pod_duration: Annotated[str, Opt()] = "60s",
     metrics_port: Annotated[int, Opt()] = 0,
+    metrics_bind: Annotated[str, Opt(help="The monitor's /metrics address.")] = "127.0.0.1",
     heartbeat: Annotated[float, Opt()] = 10.0,
     monitor_interval: Annotated[float, Opt()] = 5.0,
     admissions_log: Annotated[Path | None, Opt()] = None,
@@ -103,7 +107,7 @@ def sim_nodes(  # noqa: PLR0917
     spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
                      nats_replicas=nats_replicas,
                      split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
-                     heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
+                     metrics_bind=metrics_bind, heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
                      monitor_interval_s=monitor_interval, normal_events=normal_events,
                      pod_log_dir=pod_log_dir, part=chosen, hosts_dir=hosts_dir, node_identity=node_identity)
     _run_uvloop(run_nodes(spec), profile)

@@ -43,6 +43,9 @@ class ControlSpec:
     webhook_url: str
     webhook_ca: Path
     ready_file: Path | None = None
+    host: str = "127.0.0.1"
+    """Where it listens, and the server its kubeconfig names: under compose the service's name, which
+    the other containers resolve and the published port reaches."""
     pod_log_dir: Path | None = None
     """The simulated kubelets' pod log directory, which ``kubectl logs`` reads (shared with the nodes).
     Emptied at start: their pods died with the last API server (under ``docker compose`` the directory
@@ -86,7 +89,7 @@ async def run_control(spec: ControlSpec) -> None:
                             failure_policy="Fail", timeout_s=10.0)
     if spec.pod_log_dir is not None:  # the API server starts empty: every earlier pod, and so log, is gone
         PodLogFiles(spec.pod_log_dir).clear()
-    api = SimApiServer(host="127.0.0.1", port=spec.port, webhooks=[webhook], log_dir=spec.pod_log_dir)
+    api = SimApiServer(host=spec.host, port=spec.port, webhooks=[webhook], log_dir=spec.pod_log_dir)
     await api.start()
     try:
         api.write_kubeconfig(spec.kubeconfig)

@@ -58,6 +58,8 @@ class NodesSpec:
     split_count: int = 10
     pod_duration: str = "60s"
     metrics_port: int = 0
+    metrics_bind: str = "127.0.0.1"
+    """The monitor's /metrics address (0.0.0.0 under compose, for the published port)."""
     heartbeat_s: float = 10.0
     admissions_log: Path | None = None
     ready_file: Path | None = None
@@ -93,7 +95,7 @@ def build_monitor(spec: NodesSpec, names: list[str], bus: Bus | None,
     """The monitor of every node; its /metrics also counts the kubelets' events
     (``gpubus_sim_events_*_total``, summed over ``sims``). A monitor loop that ends is ``on_fatal``."""
     monitor = MonitorApp.build(MonitorSettings(
-        nodes=tuple(names), sources=("sim",), metrics_bind="127.0.0.1",
+        nodes=tuple(names), sources=("sim",), metrics_bind=spec.metrics_bind,
         metrics_port=spec.metrics_port, interval_s=spec.monitor_interval_s,
         publish_interval_s=spec.monitor_interval_s, cleanup_interval_s=0), bus, on_fatal=on_fatal)
     monitor.registry.register(RecorderStatsCollector(lambda: [sim.events.stats for sim in sims.values()]))

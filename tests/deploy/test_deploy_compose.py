@@ -2,9 +2,11 @@
 
 Case matrix: each gpubus container's command line against ``gpubus <command>`` (a command that
 does not exist yet skips only its own case, naming it) and against the child ``gpubus up``
-starts for the same part; published ports against the ports the flags configure; image and
-build recipe; healthchecks behind every ``service_healthy`` dependency; no dependency cycle;
-NATS with JetStream on a volume; the one-shot certificate step run for real.
+starts for the same part, but for where it listens and whom it calls (containers reach each
+other by service name); published ports against the ports the flags configure; the image each
+service runs (production or sim target); healthchecks behind every ``service_healthy``
+dependency; no dependency cycle; NATS with JetStream on a volume; the one-shot certificate step
+run for real. tests/image/test_image_stack.py runs the file with podman.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ GPUBUS_SERVICES = {"control": "sim-control", "kube-scheduler": "sim-kube-schedul
 #: Flags whose values differ on purpose: compose keeps ready files inside each container, and the
 #: pod logs on the state volume the API server and the nodes share (`gpubus up`: in /dev/shm).
 CONTAINER_LOCAL_FLAGS = {"--ready-file", "--pod-log-dir"}
+#: Where a part listens and whom it calls: compose names containers where `gpubus up` has 127.0.0.1.
+NETWORK_FLAGS = {"--host", "--bind", "--metrics-bind", "--webhook-url", "--extender-url"}
+#: The services of the product itself run the production image; the simulator's parts the sim target.
+PRODUCTION_SERVICES = {"webhook", "scheduler"}
+PORT = re.compile(r"\$\{(?P<variable>\w+):-(?P<default>\d+)\}:(?P<container>\d+)")
 
 
 def _compose() -> dict[str, Any]:
@@ -104,9 +111,17 @@ def test_service_runs_what_gpubus_up_runs_for_the_same_part(service: str, tmp_pa
     assert actual[0] == expected[0]
     wanted, got = _flags(expected[1:]), _flags(actual[1:])
     for flags in (wanted, got):
-        for name in CONTAINER_LOCAL_FLAGS:
+        for name in CONTAINER_LOCAL_FLAGS | NETWORK_FLAGS:
             flags.pop(name, None)
     assert got == wanted
+
+
+def test_parts_call_each_other_by_service_name_on_the_ports_they_listen_on() -> None:
+    flags = {name: _flags(_command(name)[1:]) for name in GPUBUS_SERVICES}
+    assert flags["control"]["--host"] == "control"
+    assert flags["control"]["--webhook-url"] == f"https://webhook:{flags['webhook']['--port']}/mutate"
+    assert flags["kube-scheduler"]["--extender-url"] == f"http://scheduler:{flags['scheduler']['--port']}"
+    assert all(_flag(_command(name), "--nats") in (None, "nats://nats:4222") for name in GPUBUS_SERVICES)
 
 
 def test_the_api_server_reads_pod_logs_where_the_nodes_write_them_on_the_shared_volume() -> None:
@@ -122,37 +137,53 @@ def test_service_gets_the_environment_gpubus_up_gives_the_same_part(service: str
     assert {name: environment.get(name) for name in defaults} == defaults
 
 
+def _dockerfile_stages() -> list[str]:
+    return re.findall(r"^FROM \S+ AS (\S+)$", (ROOT / "deploy" / "Dockerfile").read_text(), re.MULTILINE)
+
+
 @pytest.mark.parametrize("service", [*GPUBUS_SERVICES, "certs"])
-def test_gpubus_services_run_the_one_image_built_from_the_dockerfile(service: str) -> None:
+def test_gpubus_services_run_the_production_or_the_sim_image_of_the_dockerfile(service: str) -> None:
     spec = _services()[service]
-    assert spec["image"] == "${GPUBUS_IMAGE:-gpubus:dev}"
-    assert spec["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile"}
-    assert (ROOT / spec["build"]["dockerfile"]).exists()
+    build = dict(spec["build"])
+    assert build.pop("context") == "." and build.pop("dockerfile") == "deploy/Dockerfile"
+    if service in PRODUCTION_SERVICES:  # the Dockerfile's last stage, as `docker build` makes it
+        assert spec["image"] == "${GPUBUS_IMAGE:-gpubus:dev}" and build == {}
+        assert _dockerfile_stages()[-1] == "production"
+    else:
+        assert spec["image"] == "${GPUBUS_SIM_IMAGE:-gpubus-sim:dev}" and build == {"target": "sim"}
+        assert "sim" in _dockerfile_stages()
     assert spec["environment"]["GPUBUS_BUS_URL"] == "nats://nats:4222"
 
 
-def test_every_listening_port_is_published_by_the_shared_network_owner() -> None:
+def test_every_listening_port_is_published_by_its_own_service() -> None:
     services = _services()
-    published = {p.split(":")[1] for p in services["control"]["ports"]}
     for name in GPUBUS_SERVICES:
         flags = _flags(_command(name)[1:])
         port = flags.get("--port") or flags.get("--metrics-port")  # None: listens on nothing
-        assert port is None or port in published, f"{name} listens on {port}, not published"
-        assert flags.get("--bind", "127.0.0.1") == "127.0.0.1"
-        if name != "control":
-            assert services[name]["network_mode"] == "service:control"
-            assert "ports" not in services[name]
-    assert all(p.split(":")[0] == p.split(":")[1] for p in services["control"]["ports"])
+        published = [m.group("container") for p in services[name].get("ports", []) if (m := PORT.fullmatch(p))]
+        assert published == ([port] if port else []), f"{name} listens on {port}, publishes {published}"
+        if port:  # reachable from the other containers and through the published port
+            address = flags.get("--host") or flags.get("--bind") or flags.get("--metrics-bind")
+            assert address in ("0.0.0.0", name), f"{name} listens on {address} only"
 
 
-def test_host_ports_are_unique() -> None:
-    host_ports = [p.split(":")[0] for s in _services().values() for p in s.get("ports", [])]
-    assert len(host_ports) == len(set(host_ports))
+def test_no_service_shares_another_s_network_namespace() -> None:
+    """podman-compose 1.0 (Debian's) cannot run ``network_mode``; every part is on the project network."""
+    assert all("network_mode" not in spec for spec in _services().values())
+
+
+def test_host_ports_are_unique_and_each_can_be_moved() -> None:
+    ports = [PORT.fullmatch(p) for s in _services().values() for p in s.get("ports", [])]
+    assert all(ports), "each host port is ${VARIABLE:-default}:container"
+    for group in ("variable", "default"):
+        values = [m.group(group) for m in ports if m]
+        assert len(values) == len(set(values)), group
+    assert all(m.group("default") == m.group("container") for m in ports if m)
 
 
 def test_nats_keeps_jetstream_on_a_volume_and_reports_health() -> None:
     nats = _services()["nats"]
-    assert nats["image"].startswith("nats:2.")
+    assert nats["image"].startswith("${NATS_IMAGE:-nats:2.")  # scripts/image's own where none can be pulled
     assert "--jetstream" in nats["command"]
     assert "nats-data:/data" in nats["volumes"] and "nats-data" in _compose()["volumes"]
     assert "--store_dir=/data" in nats["command"]

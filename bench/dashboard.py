@@ -10,11 +10,13 @@ latency from publishing an ``allocation.decided`` to a live page pushed over ser
 showing the pod; a time-travel rebuild from the stream's start; and, where Debian's Chromium and
 Playwright are installed, the browser's time to a drawn page. Prints figures; asserts nothing.
 
-Run: ``.venv/bin/python bench/dashboard.py [NODES] [CARDS] [PODS_PER_CARD]``.
+Run: ``.venv/bin/python bench/dashboard.py [NODES] [CARDS] [PODS_PER_CARD] [--smoke]`` (``--smoke``: 10
+nodes x 4 cards, to prove it runs).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -217,7 +219,7 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-async def main(nodes: int, cards: int, per_card: int) -> None:
+async def main(nodes: int, cards: int, per_card: int, rounds: int = 20) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = NatsServerProcess(Path(tmp) / "nats")
         server.start()
@@ -250,7 +252,7 @@ async def main(nodes: int, cards: int, per_card: int) -> None:
                 traffic = asyncio.create_task(background_usage(bus, nodes, cards, per_card, stop))
                 print(f"with usage samples arriving at {nodes / 15:.0f}/s:")
                 await page_loads(session, base, nodes)
-                await push_latency(bus, session, base, nodes=nodes, cards=cards, rounds=20)
+                await push_latency(bus, session, base, nodes=nodes, cards=cards, rounds=rounds)
                 await browser_loads(base, nodes)
                 stop.set()
                 sent = await traffic
@@ -270,5 +272,9 @@ async def main(nodes: int, cards: int, per_card: int) -> None:
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:4]]
-    asyncio.run(main(*(args + [1000, 8, 3][len(args):])))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, help="NODES CARDS PODS_PER_CARD (1000 8 3)")
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    sizes = [10, 4, 1] if args.smoke else args.sizes[:3] + [1000, 8, 3][len(args.sizes[:3]):]
+    asyncio.run(main(*sizes, rounds=3 if args.smoke else 20))

@@ -25,5 +25,6 @@ def test_bench_holds_the_benchmarks_the_readme_reports() -> None:
 def test_benchmark_runs_in_smoke_mode(script: str) -> None:
     done = subprocess.run([sys.executable, str(BENCH / script), "--smoke"], cwd=BENCH.parent,
                           capture_output=True, text=True, timeout=110, check=False)
-    assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{script} --smoke exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}")
     assert any(ch.isdigit() for ch in done.stdout), f"{script} printed no figures:\n{done.stdout}"

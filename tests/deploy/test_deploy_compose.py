@@ -33,7 +33,7 @@ CONTAINER_LOCAL_FLAGS = {"--ready-file", "--pod-log-dir"}
 #: Where a part listens and whom it calls: compose names containers where `gpubus up` has 127.0.0.1.
 NETWORK_FLAGS = {"--host", "--bind", "--metrics-bind", "--webhook-url", "--extender-url"}
 #: The services of the product itself run the production image; the simulator's parts the sim target.
-PRODUCTION_SERVICES = {"webhook", "scheduler"}
+PRODUCTION_SERVICES = {"webhook", "scheduler", "dashboard"}
 PORT = re.compile(r"\$\{(?P<variable>\w+):-(?P<default>\d+)\}:(?P<container>\d+)")
 
 
@@ -160,7 +160,8 @@ def test_every_listening_port_is_published_by_its_own_service() -> None:
     for name in GPUBUS_SERVICES:
         flags = _flags(_command(name)[1:])
         port = flags.get("--port") or flags.get("--metrics-port")  # None: listens on nothing
-        published = [m.group("container") for p in services[name].get("ports", []) if (m := PORT.fullmatch(p))]
+        ports = services[name].get("ports", [])
+        published = [m.group("container") for p in ports if (m := PORT.fullmatch(p))]
         assert published == ([port] if port else []), f"{name} listens on {port}, publishes {published}"
         if port:  # reachable from the other containers and through the published port
             address = flags.get("--host") or flags.get("--bind") or flags.get("--metrics-bind")

@@ -107,7 +107,7 @@ def test_each_image_runs_gpubus_as_an_unprivileged_user(target: str) -> None:
     assert _stage("runtime")["ENTRYPOINT"] == '["gpubus"]'
 
 
-def test_images_install_wheels_without_an_index_and_the_production_one_checks_stubs_and_no_simulator() -> None:
+def test_images_install_without_an_index_and_production_checks_stubs_and_no_simulator() -> None:
     for stage in ("venv-production", "venv-sim", "gpubus-production", "gpubus-sim"):
         run = _stage(stage)["RUN"]
         assert "--no-index" in run and "--no-cache-dir" in run, stage
@@ -120,7 +120,8 @@ def test_images_install_wheels_without_an_index_and_the_production_one_checks_st
 def test_scripts_image_fingerprints_exactly_what_the_dockerfile_copies() -> None:
     listed = re.search(r"^sources=\((.*)\)$", SCRIPT.read_text(), re.MULTILINE)
     assert listed is not None
-    assert sorted(listed.group(1).split()) == sorted(s.rstrip("/") for s in _copied_sources() if s != HOST_WHEELS)
+    copied = sorted(s.rstrip("/") for s in _copied_sources() if s != HOST_WHEELS)
+    assert sorted(listed.group(1).split()) == copied
 
 
 @pytest.mark.parametrize("source", _copied_sources())

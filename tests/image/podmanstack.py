@@ -25,7 +25,7 @@ SIM_IMAGE = "localhost/gpubus-sim:dev"
 TOOLS = ("podman", "runc", "mmdebstrap", "podman-compose")
 #: docker-compose.yml's host ports, each moved to a free one so the test never meets a user's stack.
 PORT_VARIABLES = ("NATS_PORT", "NATS_MONITOR_PORT", "GPUBUS_API_PORT", "GPUBUS_WEBHOOK_PORT",
-                  "GPUBUS_EXTENDER_PORT", "GPUBUS_METRICS_PORT")
+                  "GPUBUS_EXTENDER_PORT", "GPUBUS_METRICS_PORT", "GPUBUS_DASHBOARD_PORT")
 
 
 def unusable() -> str | None:
@@ -40,7 +40,8 @@ def unusable() -> str | None:
     return None
 
 
-def run(*argv: str | Path, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(*argv: str | Path, timeout: float = 120,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``argv`` with podman's settings; the caller checks the outcome."""
     return subprocess.run([str(a) for a in argv], env=env or ENV, capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -116,7 +117,8 @@ class ComposeStack:
                     continue
                 if service in one_shot:
                     if container.state == "exited":
-                        assert container.exit_code == 0, self.report(f"{service} exited {container.exit_code}")
+                        exited = container.exit_code
+                        assert exited == 0, self.report(f"{service} exited {exited}")
                         pending.discard(service)
                 elif container.state == "running" and self.healthy(container):
                     pending.discard(service)

@@ -35,10 +35,11 @@ pytestmark = [
     pytest.mark.skipif(_why is not None, reason=_why or ""),
 ]
 
-PRODUCTION_COMMANDS = ("webhook", "scheduler", "node-agent", "monitor", "tap")
+PRODUCTION_COMMANDS = ("webhook", "scheduler", "node-agent", "monitor", "dashboard", "tap")
 SIM_COMMANDS = ("sim-control", "sim-kube-scheduler", "sim-nodes")
+ALL_COMMANDS = PRODUCTION_COMMANDS + SIM_COMMANDS
 SIMULATOR_PACKAGE = "gpubus_sim"
-LONG_RUNNING = {"nats", "control", "kube-scheduler", "webhook", "scheduler", "nodes"}
+LONG_RUNNING = {"nats", "control", "kube-scheduler", "webhook", "scheduler", "nodes", "dashboard"}
 #: example -> (GPUs per container, MiB per GPU, % of SMs per GPU), as its manifest asks.
 EXAMPLES = {"pod-shared-memory.yaml": (1, 3000, 30), "pod-multi-gpu.yaml": (2, 20480, 50)}
 
@@ -58,7 +59,7 @@ def helps(images: str) -> dict[str, dict[str, dict[str, Any]]]:
               "print(json.dumps({c: dict(zip(('out', 'err'), p.communicate()), rc=p.returncode) "
               "for c, p in runs.items()}))")
     found = {}
-    for image, commands in ((IMAGE, PRODUCTION_COMMANDS), (SIM_IMAGE, PRODUCTION_COMMANDS + SIM_COMMANDS)):
+    for image, commands in ((IMAGE, PRODUCTION_COMMANDS), (SIM_IMAGE, ALL_COMMANDS)):
         done = in_image(image, "-c", script, *commands, entrypoint="python")
         assert done.returncode == 0, done.stderr
         found[image] = json.loads(done.stdout)
@@ -66,7 +67,7 @@ def helps(images: str) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize(("image", "command"), [*((IMAGE, c) for c in PRODUCTION_COMMANDS),
-                                                *((SIM_IMAGE, c) for c in PRODUCTION_COMMANDS + SIM_COMMANDS)])
+                                                *((SIM_IMAGE, c) for c in ALL_COMMANDS)])
 def test_each_service_answers_help_in_each_image(helps: dict[str, dict[str, dict[str, Any]]], image: str,
                                                  command: str) -> None:
     done = helps[image][command]
@@ -151,11 +152,13 @@ def test_gpu_pods_submitted_through_the_published_api_run_with_their_slices(
         assert [(d.usedmem, d.usedcores) for d in container] == [(memory, cores)] * gpus
         log = _api(stack, f"/api/v1/namespaces/default/pods/{pod['metadata']['name']}/log")
         limits = [line for line in log.splitlines() if "memory limit" in line]
-        assert len(limits) == gpus and all(f"memory limit {memory} MiB" in line and f"SM limit {cores} %" in line
-                                           for line in limits), log
+        assert len(limits) == gpus, log
+        wanted = (f"memory limit {memory} MiB", f"SM limit {cores} %")
+        assert all(all(w in line for w in wanted) for line in limits), log
 
 
 def test_monitor_and_extender_answer_on_their_published_ports(stack: ComposeStack) -> None:
     for variable in ("GPUBUS_METRICS_PORT", "GPUBUS_EXTENDER_PORT"):
-        with urllib.request.urlopen(f"http://127.0.0.1:{stack.ports[variable]}/metrics", timeout=10) as response:
+        url = f"http://127.0.0.1:{stack.ports[variable]}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
             assert response.status == 200 and b"# TYPE" in response.read(), variable

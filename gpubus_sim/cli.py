@@ -107,7 +107,8 @@ def sim_nodes(  # noqa: PLR0917
     spec = NodesSpec(nodes=nodes, devices=devices, kubeconfig=kubeconfig, nats_url=nats, prefix=prefix,
                      nats_replicas=nats_replicas,
                      split_count=split_count, pod_duration=pod_duration, metrics_port=metrics_port,
-                     metrics_bind=metrics_bind, heartbeat_s=heartbeat, admissions_log=admissions_log, ready_file=ready_file,
+                     metrics_bind=metrics_bind, heartbeat_s=heartbeat, admissions_log=admissions_log,
+                     ready_file=ready_file,
                      monitor_interval_s=monitor_interval, normal_events=normal_events,
                      pod_log_dir=pod_log_dir, part=chosen, hosts_dir=hosts_dir, node_identity=node_identity)
     _run_uvloop(run_nodes(spec), profile)

@@ -11,7 +11,7 @@ showing the pod; a time-travel rebuild from the stream's start; and, where Debia
 Playwright are installed, the browser's time to a drawn page. Prints figures; asserts nothing.
 
 Run: ``.venv/bin/python bench/dashboard.py [NODES] [CARDS] [PODS_PER_CARD] [--smoke]`` (``--smoke``: 10
-nodes x 4 cards, to prove it runs).
+nodes x 4 cards, no browser, to prove it runs).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-async def main(nodes: int, cards: int, per_card: int, rounds: int = 20) -> None:
+async def main(nodes: int, cards: int, per_card: int, rounds: int = 20, browser: bool = True) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = NatsServerProcess(Path(tmp) / "nats")
         server.start()
@@ -253,7 +253,8 @@ async def main(nodes: int, cards: int, per_card: int, rounds: int = 20) -> None:
                 print(f"with usage samples arriving at {nodes / 15:.0f}/s:")
                 await page_loads(session, base, nodes)
                 await push_latency(bus, session, base, nodes=nodes, cards=cards, rounds=rounds)
-                await browser_loads(base, nodes)
+                if browser:
+                    await browser_loads(base, nodes)
                 stop.set()
                 sent = await traffic
                 t = time.perf_counter()
@@ -277,4 +278,4 @@ if __name__ == "__main__":
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     sizes = [10, 4, 1] if args.smoke else args.sizes[:3] + [1000, 8, 3][len(args.sizes[:3]):]
-    asyncio.run(main(*sizes, rounds=3 if args.smoke else 20))
+    asyncio.run(main(*sizes, rounds=3 if args.smoke else 20, browser=not args.smoke))

@@ -12,6 +12,8 @@ buckets. Violations are collected as sentences, so a failing test says everythin
    ``pod.unschedulable``, or (only where the test allows it) Failed.
 3. The ledger equals the live GPU pods: KV ``allocations`` holds exactly the bound, unfinished pods
    that ask for GPU resources (a pod without any, placed by the default-scheduler, has no slice).
+   The ledger is read between two reads of the pods, so a pod that finished (or was bound) between
+   them may match either read, but only if the stream shows its release (or decision) last.
 4. No Allocate lease (``alloc.<node>.<n>``) is left behind.
 """
 
@@ -93,6 +95,55 @@ class Facts:
     """Keys of KV ``allocations``."""
     locks: set[str]
     """Keys of KV ``locks``."""
+    pods_after: list[Pod] | None = None
+    """The pods read again right after the ledger (None: not re-read, ``pods`` must match alone)."""
+
+
+def _last_allocation_events(events: list[dict[str, Any]]) -> dict[str, str]:
+    """pod uid -> kind of its last ``allocation.decided``/``allocation.released`` in stream order."""
+    last: dict[str, str] = {}
+    for e in events:
+        kind = e.get("kind")
+        if kind == "allocation.decided":
+            last[e["allocation"]["pod_uid"]] = kind
+        elif kind == "allocation.released" and e.get("pod_uid"):
+            last[e["pod_uid"]] = kind
+    return last
+
+
+def _live_uids(pods: list[Pod]) -> set[str]:
+    return {p["metadata"]["uid"] for p in pods if live_gpu_pod(p)}
+
+
+def changes_unseen(facts: Facts) -> set[str]:
+    """Pods that finished or were bound between the two pod reads, but whose release or decision
+    is not (yet) the stream's last word on them."""
+    if facts.pods_after is None:
+        return set()
+    before, after = _live_uids(facts.pods), _live_uids(facts.pods_after)
+    last = _last_allocation_events(facts.events)
+    return {u for u in before - after if last.get(u) != "allocation.released"} \
+        | {u for u in after - before if last.get(u) != "allocation.decided"}
+
+
+def _ledger_problems(facts: Facts) -> list[str]:
+    """Invariant 3, against the pods as read just before and just after the ledger.
+
+    A pod that finished between the reads may already be released (and one bound between them
+    already decided): its entry may match the second read, but only where the stream's last word
+    on it says so. A pod live (or finished) in both reads must match the ledger exactly.
+    """
+    after_pods = facts.pods if facts.pods_after is None else facts.pods_after
+    before, after = _live_uids(facts.pods), _live_uids(after_pods)
+    unseen = changes_unseen(facts)
+    missing = {u for u in before - facts.ledger if u in after or u in unseen}
+    extra = {u for u in facts.ledger - before if u not in after or u in unseen}
+    if not missing and not extra:
+        return []
+    names = {p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+             for p in (*facts.pods, *after_pods)}
+    return [f"ledger != live pods: extra {sorted(extra)[:5]}, "
+            f"missing {sorted(names.get(u, u) for u in missing)[:5]}"]
 
 
 def check(facts: Facts, *, allow_failed: frozenset[str] = frozenset(),
@@ -103,12 +154,9 @@ def check(facts: Facts, *, allow_failed: frozenset[str] = frozenset(),
               for d in e["devices"]}
     refused = [e for e in facts.events if e.get("kind") == "pod.unschedulable"]
     unschedulable = {e.get("uid") for e in refused} | {f"{e['namespace']}/{e['name']}" for e in refused}
-    live: set[str] = set()
     for pod in facts.pods:
         meta, status = pod["metadata"], pod.get("status") or {}
         name, uid, phase = f"{meta['namespace']}/{meta['name']}", meta["uid"], status.get("phase", "Pending")
-        if live_gpu_pod(pod):
-            live.add(uid)
         if phase in ("Running", "Succeeded"):
             record = facts.admissions.get(uid)
             if record is None:
@@ -123,11 +171,7 @@ def check(facts: Facts, *, allow_failed: frozenset[str] = frozenset(),
                 problems.append(f"{name} is Pending without a published pod.unschedulable reason")
         elif phase == "Failed" and meta["name"] not in allow_failed:
             problems.append(f"{name} Failed: {status.get('reason')}: {status.get('message')}")
-    if facts.ledger != live:
-        names = {p["metadata"]["uid"]: f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                 for p in facts.pods}
-        problems.append(f"ledger != live pods: extra {sorted(facts.ledger - live)[:5]}, "
-                        f"missing {sorted(names.get(u, u) for u in live - facts.ledger)[:5]}")
+    problems += _ledger_problems(facts)
     stuck = sorted(k for k in facts.locks if k.startswith("alloc."))
     if stuck:
         problems.append(f"Allocate leases left behind: {stuck[:5]}")

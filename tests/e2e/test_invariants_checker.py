@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e_invariants import Facts, check, replay_overcommit
+from e2e_invariants import Facts, changes_unseen, check, replay_overcommit
 
 
 def inventory(*ids: str, mem: int = 1000) -> dict[str, Any]:
@@ -53,3 +53,66 @@ def test_ledger_drift_stuck_leases_and_silent_pending_are_reported() -> None:
     facts = Facts(events=[], pods=[pending], admissions={}, ledger={"ghost"}, locks={"alloc.n.1", "leader"})
     problems = check(facts)
     assert len(problems) == 3
+
+
+def _gpu_pod(uid: str, phase: str, node: str | None = "n") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"metadata": {"namespace": "ns", "name": uid, "uid": uid}, "spec": spec,
+            "status": {"phase": phase}}
+
+
+# no memory asked: the whole card
+_ADMITTED = {"u": {"containers": {"c": {"device_ids": ["g-0"], "envs": {
+    "NVIDIA_VISIBLE_DEVICES": "g", "CUDA_DEVICE_MEMORY_LIMIT_0": "1000m"}}}}}
+
+
+def test_a_pod_released_between_the_pod_and_ledger_reads_is_recognised_by_its_release() -> None:
+    # pods read (u Running), u finishes and is released, ledger read (no u), pods read again (Succeeded)
+    events = [inventory("g"), decided("u", "g", 500), released("u")]
+    facts = Facts(events=events, pods=[_gpu_pod("u", "Running")], admissions=_ADMITTED, ledger=set(),
+                  locks=set(), pods_after=[_gpu_pod("u", "Succeeded")])
+    assert check(facts) == []
+    # deleted by the second read: the same
+    facts.pods_after = []
+    assert check(facts) == []
+
+
+def test_a_missing_ledger_entry_is_still_reported_when_the_pods_are_read_twice() -> None:
+    running = [_gpu_pod("u", "Running")]
+    released_events = [inventory("g"), decided("u", "g", 500), released("u")]
+    # still Running in the second read: its entry is missing, whatever the stream says
+    facts = Facts(events=released_events, pods=running, admissions=_ADMITTED, ledger=set(), locks=set(),
+                  pods_after=running)
+    assert check(facts) == ["ledger != live pods: extra [], missing ['ns/u']"]
+    # finished by the second read, but the stream never released it (or decided it again after)
+    for events in ([inventory("g"), decided("u", "g", 500)],
+                   [*released_events, decided("u", "g", 500)]):
+        facts = Facts(events=events, pods=running, admissions=_ADMITTED, ledger=set(), locks=set(),
+                      pods_after=[_gpu_pod("u", "Succeeded")])
+        assert check(facts) == ["ledger != live pods: extra [], missing ['ns/u']"]
+    # read once: no second read excuses anything
+    facts = Facts(events=released_events, pods=running, admissions=_ADMITTED, ledger=set(), locks=set())
+    assert check(facts) == ["ledger != live pods: extra [], missing ['ns/u']"]
+
+
+def test_a_pod_bound_between_the_reads_may_be_in_the_ledger_only_once_decided() -> None:
+    pending = [_gpu_pod("u", "Pending", node=None)]
+    bound = [_gpu_pod("u", "Pending")]
+    unschedulable = {"kind": "pod.unschedulable", "uid": "u", "namespace": "ns", "name": "u"}
+    events = [inventory("g"), unschedulable, decided("u", "g", 500)]
+    facts = Facts(events=events, pods=pending, admissions={}, ledger={"u"}, locks=set(), pods_after=bound)
+    assert check(facts) == []
+    facts = Facts(events=events[:2], pods=pending, admissions={}, ledger={"u"}, locks=set(), pods_after=bound)
+    assert check(facts) == ["ledger != live pods: extra ['u'], missing []"]
+    facts = Facts(events=events, pods=pending, admissions={}, ledger={"u"}, locks=set(), pods_after=pending)
+    assert check(facts) == ["ledger != live pods: extra ['u'], missing []"]
+
+
+def test_changes_unseen_names_the_pods_whose_event_the_stream_does_not_hold_yet() -> None:
+    facts = Facts(events=[inventory("g"), decided("u", "g", 500)], pods=[_gpu_pod("u", "Running")],
+                  admissions=_ADMITTED, ledger=set(), locks=set(), pods_after=[_gpu_pod("u", "Succeeded")])
+    assert changes_unseen(facts) == {"u"}
+    facts.events.append(released("u"))
+    assert changes_unseen(facts) == set()

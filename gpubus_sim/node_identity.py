@@ -26,10 +26,15 @@ def node_pod(node: str) -> dict[str, object]:
                      "containers": [{"name": "node-agent", "image": "gpubus"}]}}
 
 
+#: gpubus's own namespace is never sent to its webhook, as the chart excludes its release namespace:
+#: the node pods are made while the webhook may still be starting (it refused them, seen under load).
+NAMESPACE_LABELS = {"hami.io/webhook": "ignore"}
+
+
 async def ensure_namespace(kube: SimKubeClient) -> None:
     """``gpubus-system``, where the node pods live (a Helm install makes it on a cluster)."""
     with contextlib.suppress(Conflict):
-        await kube.create_namespace(NAMESPACE)
+        await kube.create_namespace(NAMESPACE, labels=NAMESPACE_LABELS)
 
 
 async def node_token_file(kube: SimKubeClient, node: str, directory: Path) -> Path:

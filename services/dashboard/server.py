@@ -31,6 +31,7 @@ from services.dashboard.metrics import DashboardStats
 from services.dashboard.pages import PageOptions, known, page, status
 from services.dashboard.timeline import Timeline
 from services.dashboard.view import ClusterView
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,11 @@ class _Built:
     body: bytes
 
 
+#: Set at shutdown: the open live pages wait for the next change and would hold a shutdown for
+#: aiohttp's whole grace time (60 s; a pod's is 30 s) if nothing changed.
+STOPPING = web.AppKey("stopping", asyncio.Event)
+
+
 def build_app(deps: Deps) -> web.Application:
     app = web.Application(middlewares=[_html_404(deps)])
     shell = _asset("index.html")
@@ -107,7 +113,13 @@ def build_app(deps: Deps) -> web.Application:
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz_handler(deps))
     app.router.add_get("/metrics", make_aiohttp_handler(deps.registry))
+    app[STOPPING] = asyncio.Event()
+    app.on_shutdown.append(_end_live_streams)
     return app
+
+
+async def _end_live_streams(app: web.Application) -> None:
+    app[STOPPING].set()
 
 
 def _asset(name: str) -> bytes:
@@ -201,13 +213,18 @@ def _stream_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.StreamR
                                                "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         await response.prepare(request)
         deps.streams += 1
+        pushing = asyncio.create_task(_push_until_gone(deps, response, path, query), name="dashboard-push")
+        stopping = asyncio.create_task(request.app[STOPPING].wait(), name="dashboard-push-stop")
         try:
-            await _push_until_gone(deps, response, path, query)
+            await asyncio.wait((pushing, stopping), return_when=asyncio.FIRST_COMPLETED)
+            if pushing.done():
+                pushing.result()
         except ConnectionResetError:
             pass  # the browser went away
         finally:
+            await cancel_and_wait(pushing, stopping, log_errors=False)  # result() raised any error
             deps.streams -= 1
-        return response
+        return response  # a stop ends the page's stream cleanly; the browser reconnects elsewhere
 
     return handle
 

@@ -6,7 +6,7 @@ an unknown node, card or pod in a URL is an HTML 404 (and a JSON 404 from the AP
 bad ``at`` is a 400; an undecodable message is counted and shown in the feed, and the
 dashboard goes on; time travel shows the cluster as it was before a pod was released, rebuilt
 from the stream (both from a checkpoint and from the stream's start); writes are refused (405);
-/healthz, /readyz and /metrics answer.
+/healthz, /readyz and /metrics answer; a stop ends the open live pages instead of waiting for them.
 """
 
 from __future__ import annotations
@@ -152,3 +152,27 @@ async def _second_push(session: aiohttp.ClientSession, url: str, change: Any) ->
                 if len(body["node"]["cards"][1]["slices"]) == 1:
                     return body
     raise AssertionError("the stream ended")
+
+
+async def test_a_stop_ends_the_open_live_pages(bus: Bus, reader: Bus) -> None:
+    """A live page waits for the next change; the stop must end it, not wait out aiohttp's grace."""
+    now = time.time()
+    await (await bus.kv(INVENTORY)).put("n1", encode_inventory(inventory("n1", ts=now)))
+    dashboard = await started(reader)
+    closing: asyncio.Task[None] | None = None
+    try:
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"http://127.0.0.1:{dashboard.port}/api/stream?path=/nodes/n1") as stream:
+            assert stream.status == 200
+            while b"event: page" not in await stream.content.readline():
+                pass
+            await wait_until(lambda: dashboard.deps.streams == 1, 10, what="the live page is open")
+            closing = asyncio.create_task(dashboard.close())
+            async with asyncio.timeout(10):  # without the stop hook: 60 s, until aiohttp gives up
+                rest = await stream.content.read()
+            assert b"event: page" not in rest  # nothing changed: the stop, not a push, ended it
+            await closing
+            assert dashboard.deps.streams == 0
+    finally:
+        if closing is None:
+            await dashboard.close()

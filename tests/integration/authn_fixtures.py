@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest_asyncio
-from conftest import bus_settings
+from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
 from gpubus_sim.apiserver import SimApiServer

@@ -25,7 +25,7 @@ import nats.errors
 import pytest
 from asyncwait import wait_until
 from authn_fixtures import AUDIENCE, NAMESPACE, CalloutRig, callout
-from conftest import bus_settings
+from bus_settings import bus_settings
 from monitor_builders import GPU0, allocation
 from nats.js import api as js_api
 

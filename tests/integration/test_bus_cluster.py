@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from asyncwait import wait_until
-from conftest import bus_settings
+from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
 from gpubus.natscluster import EmbeddedCluster

@@ -33,6 +33,9 @@ API_AUDIENCE = ISSUER
 _HEADER = {"alg": "HS256", "typ": "JWT"}
 MAX_EXPIRATION_S = 365 * 24 * 3600
 MIN_EXPIRATION_S = 600
+#: TokenRequest's path: served for per-node identity (what ``gpubus up`` needs), but not in discovery
+#: or the OpenAPI document, whose kubectl fidelity is frozen (kubectl never asks for it there).
+TOKEN_REQUEST_PATH = "/api/v1/namespaces/{ns}/serviceaccounts/{name}/token"
 
 
 def _b64(data: bytes) -> str:
@@ -172,4 +175,4 @@ def add_token_routes(router: web.UrlDispatcher, tokens: ServiceAccountTokens) ->
                               "status": {"token": token, "expirationTimestamp": stamp}}, 201)
 
     router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", token_review)
-    router.add_post("/api/v1/namespaces/{ns}/serviceaccounts/{name}/token", token_request)
+    router.add_post(TOKEN_REQUEST_PATH, token_request)

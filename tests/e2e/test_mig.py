@@ -56,9 +56,11 @@ async def test_a_mig_pod_runs_with_its_mig_uuid_in_its_log(e2e: E2E) -> None:
 
 
 async def test_one_container_gets_several_instances_and_geometry_limits_the_rest(e2e: E2E) -> None:
-    await e2e.create(gpu_pod("mig-three", mem=30000, cores=None, gpus=3, annotations=MIG),
-                     gpu_pod("mig-huge", mem=25000, cores=None, annotations=MIG))
+    # one after the other: created together, either may be scheduled first, and mig-huge taking a
+    # 3g first leaves mig-three Pending (CI saw it)
+    await e2e.create(gpu_pod("mig-three", mem=30000, cores=None, gpus=3, annotations=MIG))
     await e2e.wait_phase(["mig-three"], {"Running"})
+    await e2e.create(gpu_pod("mig-huge", mem=25000, cores=None, annotations=MIG))
     uid = e2e.pods["mig-three"]["metadata"]["uid"]
     visible = e2e.admissions()[uid]["containers"]["main"]["envs"]["NVIDIA_VISIBLE_DEVICES"].split(",")
     assert len(set(visible)) == 3 and all(v.startswith("MIG-") for v in visible)

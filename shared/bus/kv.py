@@ -237,9 +237,11 @@ class KV:
             raise
 
     async def _last_message(self, key: str, what: str) -> api.RawStreamMsg | None:
+        """From the stream's leader, not a direct get: any replica may answer one, and one still
+        catching up would call a write that stood lost (or a delete marker absent)."""
         with translated(what):
             try:
-                return await self._js.get_msg(self._stream, subject=self._prefix + key, direct=True)
+                return await self._js.get_msg(self._stream, subject=self._prefix + key, direct=False)
             except nats.js.errors.NotFoundError:
                 return None
 
@@ -290,6 +292,10 @@ class KV:
                     info = await through_failover(lambda: self._js.add_consumer(self._stream, config),
                                                   within_s=self._failover_s, what=what)
                     try:
+                        behind = await self._lagging_host(info)
+                        if behind is not None:
+                            raise BusUnavailable(f"{what}: the server holding the read ({behind}) is "
+                                                 f"still catching up with the stream")
                         return await self._drain(info.name, info.num_pending or 0)
                     finally:
                         await self._delete_consumer(info.name)
@@ -299,6 +305,26 @@ class KV:
                     raise
                 log.info("%s; reading again", e)
                 await asyncio.sleep(_SNAPSHOT_RETRY_S)
+
+    async def _lagging_host(self, info: api.ConsumerInfo) -> str | None:
+        """The server holding the read consumer, if it is a replica still catching up; else None.
+
+        On a cluster an R1 consumer may be placed on any replica of the stream, and reads that
+        replica's copy: one just restarted holds an older prefix, which would read as entries
+        missing (seen: a revived server answered 94 of 400 revisions). The stream's leader says
+        which replicas are current.
+        """
+        host = info.cluster.leader if info.cluster is not None else None
+        if host is None:
+            return None  # a single server: its copy is the stream
+        stream = await self._js.stream_info(self._stream)
+        cluster = stream.cluster
+        if cluster is None or cluster.leader in (None, host):
+            return None
+        for peer in cluster.replicas or []:
+            if peer.name == host:
+                return None if peer.current and not peer.offline else host
+        return host  # not a replica the leader knows of: do not trust its copy
 
     async def _drain(self, consumer: str, expected: int) -> Snapshot:
         entries: dict[str, Entry] = {}

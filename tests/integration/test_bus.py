@@ -306,7 +306,7 @@ async def test_lease_release_at_a_known_revision_is_one_compare_and_delete(bus: 
 
     async def on_msg(msg: object) -> None:  # one subscription: callbacks in the server's order
         subject = msg.subject  # type: ignore[attr-defined]
-        if subject.startswith("$JS.API.DIRECT.GET.KV_locks."):
+        if subject.startswith(("$JS.API.DIRECT.GET.KV_locks.", "$JS.API.STREAM.MSG.GET.KV_locks")):
             ops.append("read")
         elif subject == "$KV.locks.node.k" and (msg.headers or {}).get("KV-Operation"):  # type: ignore[attr-defined]
             ops.append("delete")

@@ -166,7 +166,7 @@ async def test_a_lease_named_in_the_decision_is_released_in_one_compare_and_dele
         ops: list[str] = []
 
         async def on_msg(msg: Any) -> None:  # one subscription: callbacks in the server's order
-            if msg.subject.startswith("$JS.API.DIRECT.GET.KV_locks."):
+            if msg.subject.startswith(("$JS.API.DIRECT.GET.KV_locks.", "$JS.API.STREAM.MSG.GET.KV_locks")):
                 ops.append("read")
             elif msg.subject.startswith("$KV.locks.alloc.") and (msg.headers or {}).get("KV-Operation"):
                 ops.append("delete")

@@ -24,6 +24,7 @@ from services.authn.settings import AuthnSettings
 from shared.bus import Bus, BusSettings, Service
 from shared.errors import BusRefused
 from shared.kube import KubeClient
+from shared.kube_config import kube_client
 from shared.lifetime import Lifetime
 from shared.service import bound_port
 
@@ -135,8 +136,9 @@ async def _ok(_: web.Request) -> web.Response:
 async def run(settings: AuthnSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """Serve until the lifetime ends (SIGTERM or SIGINT)."""
     issuer = load_issuer(settings.issuer_seed_file)
-    kube = await (KubeClient.in_cluster() if settings.in_cluster or not settings.kubeconfig
-                  else KubeClient.from_kubeconfig(settings.kubeconfig))
+    # the shared rule (kubeconfig, else in-cluster); with neither the pod's own service account,
+    # since TokenReview is the callout's whole job
+    kube = await kube_client(settings) or await KubeClient.in_cluster()
     try:
         bus = await Bus.connect(bus_settings, source="authn")
         app = AuthnApp(Authn(settings, issuer, kube), bus)

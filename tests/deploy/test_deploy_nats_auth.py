@@ -251,7 +251,10 @@ async def test_scheduler_owns_the_ledger_and_decisions(connect: Any, server: Con
 
 
 async def test_node_agent_reports_its_node_and_allocations_but_never_decides(
-        node_identity: Any, server: ConfiguredServer) -> None:
+        node_identity: Any, server: ConfiguredServer, connect: Any) -> None:
+    # the schema is the scheduler's to make (on its own, this test found no stream to subscribe to
+    # unless an earlier test of the module had made it)
+    await (await connect("scheduler")).ensure_schema()
     bus = await node_identity.bus("node-1")
     await bus.ensure_schema()  # a node-scoped bus leaves the schema to the roles
     await bus.route(("gpubus.allocation.decided.*", "gpubus.allocation.released.*"), "node-1", _ignore)

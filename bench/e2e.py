@@ -55,6 +55,10 @@ MIX: dict[str, list[tuple[float, int, int | None, int]]] = {
     "small": [(1.0, 1, 8192, 20)]}
 
 
+#: Label of the pods the bench submits; the observer counts only these.
+BENCH_LABEL = "gpubus.io/bench"
+
+
 def make_pod(i: int, rng: random.Random, mix: str, duration: str) -> dict[str, Any]:
     r, acc = rng.random(), 0.0
     share, gpus, mem, cores = MIX[mix][-1]
@@ -66,7 +70,7 @@ def make_pod(i: int, rng: random.Random, mix: str, duration: str) -> dict[str, A
     if mem is not None:
         limits["nvidia.com/gpumem"] = mem
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"b-{i}", "namespace": "default",
+            "metadata": {"name": f"b-{i}", "namespace": "default", "labels": {BENCH_LABEL: "e2e"},
                          "annotations": {"gpubus.io/sim-duration": duration}},
             "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
 
@@ -86,7 +90,8 @@ class Observer:
     """Running timestamps per pod name, from one pod watch.
 
     The watch selects ``status.phase!=Pending`` server-side, so this client decodes about two
-    events per pod (Running, Succeeded) instead of every write the pipeline makes to it.
+    events per pod (Running, Succeeded) instead of every write the pipeline makes to it, and only the
+    bench's own pods (:data:`BENCH_LABEL`): the stack's node pods (per-node identity) are not load.
     """
 
     def __init__(self) -> None:
@@ -96,7 +101,7 @@ class Observer:
 
     async def follow(self, kube: KubeClient) -> None:
         async for event in list_and_watch_pods(kube, field_selector="status.phase!=Pending",
-                                               synced=self.synced):
+                                               label_selector=BENCH_LABEL, synced=self.synced):
             pod = cast(dict[str, Any], event["object"])
             name, status = pod["metadata"]["name"], pod.get("status") or {}
             phase = status.get("phase")
@@ -245,17 +250,24 @@ async def nats_messages(port: int) -> dict[str, tuple[int, int]]:
     return counts
 
 
-#: Connection names of the processes whose NATS traffic the bench reports.
-_NATS_CLIENTS = {"scheduler": "gpubus-scheduler", "node-agents": "gpubus-sim-agents",
-                 "kubelets+monitor": "gpubus-sim-hosts", "webhook": "gpubus-webhook"}
+#: Connection names of the processes whose NATS traffic the bench reports, as prefixes: with
+#: per-node identity each node-agent has a connection of its own, ``gpubus-node-agent-<node>``.
+_NATS_CLIENTS = {"scheduler": ("gpubus-scheduler",),
+                 "node-agents": ("gpubus-sim-agents", "gpubus-node-agent-"),
+                 "kubelets+monitor": ("gpubus-sim-hosts",), "webhook": ("gpubus-webhook",)}
+
+
+def _summed(counts: dict[str, tuple[int, int]], prefixes: tuple[str, ...]) -> tuple[int, int]:
+    picked = [v for name, v in counts.items() if name.startswith(prefixes)]
+    return sum(v[0] for v in picked), sum(v[1] for v in picked)
 
 
 def messages_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], started: int) -> str:
     """NATS messages per started pod, sent/received, of each process (a publish awaited for its ack
     is one sent and one received; acks of consumed messages count as sent)."""
     parts = []
-    for label, name in _NATS_CLIENTS.items():
-        (sent0, received0), (sent1, received1) = before.get(name, (0, 0)), after.get(name, (0, 0))
+    for label, prefixes in _NATS_CLIENTS.items():
+        (sent0, received0), (sent1, received1) = _summed(before, prefixes), _summed(after, prefixes)
         per_pod = max(started, 1)
         parts.append(f"{label} {(sent1 - sent0) / per_pod:.1f}/{(received1 - received0) / per_pod:.1f}")
     return "NATS messages per started pod, sent/received: " + ", ".join(parts)

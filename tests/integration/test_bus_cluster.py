@@ -190,6 +190,15 @@ async def test_a_snapshot_never_reads_a_replica_that_is_catching_up(
     assert await kv._lagging_host(placed_on(follower)) == follower
     assert await kv._lagging_host(placed_on("nats-9")) == "nats-9"
     assert await kv._lagging_host(placed_on(leader)) is None  # type: ignore[arg-type]
+    # A replica the leader already calls current may not have applied the tail yet: a read that
+    # ends short of what the leader acknowledged before it began is refused while that tail exists.
+    floor = (await r3_bus.js.stream_info(f"KV_{ALLOCATIONS}")).state.last_seq
+    assert await kv._missed(placed_on(leader), floor - 200, floor)  # type: ignore[arg-type]
+    assert await kv._missed(placed_on(leader), floor - 1, floor)  # type: ignore[arg-type]
+    assert not await kv._missed(placed_on(leader), floor, floor)  # type: ignore[arg-type]
+    single = api.ConsumerInfo(name="read", stream_name=f"KV_{ALLOCATIONS}", config=api.ConsumerConfig(),
+                              created=None)  # type: ignore[arg-type]
+    assert not await kv._missed(single, floor - 200, floor)  # one server: its copy is the stream
 
     await asyncio.to_thread(cluster.revive, follower)
     want = {f"before-{n}" for n in range(20)} | {f"after-{n}" for n in range(200)}

@@ -810,7 +810,8 @@ async def test_a_snapshot_whose_reader_is_deleted_fails_instead_of_returning_les
     try:
         reader = await no_retry.kv("inventory")
         deleted = delete_the_reader(reader, times=1)
-        with pytest.raises(BusUnavailable, match=r"^kv snapshot inventory: read cut short by status 503 after 0 of 2000$"):
+        refused = r"^kv snapshot inventory: read cut short by status 503 after 0 of 2000$"
+        with pytest.raises(BusUnavailable, match=refused):
             await reader.snapshot()
         assert len(deleted) == 1
         assert len((await reader.snapshot()).entries) == total

@@ -188,8 +188,9 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.wait_for(observer.synced.wait(), 60)
         rng = random.Random(7)
         pods = [make_pod(i, rng, args.mix, args.duration) for i in range(args.pods)]
-        pids = {n: c.pid for n, c in stack.children.items()}
-        pids["nats"] = stack.nats.pid if stack.nats else None
+        pids = {**{n: c.pid for n, c in stack.children.items()},
+                "nats": stack.nats.pid if stack.nats else None}
+        idle = await idle_cpu(pids, args.idle_s)
         cpu0, msgs0 = {n: cpu_seconds(pid) for n, pid in pids.items()}, await nats_messages(monitor_port)
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         submitted: dict[str, float] = {}
@@ -208,7 +209,7 @@ async def main(args: argparse.Namespace) -> None:
         messages = messages_line(msgs0, await nats_messages(monitor_port), len(observer.started))
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu["bench"] = self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
-        report(args, submitted, observer, errors, offered_s, wall, cpu)
+        report(args, submitted, observer, errors, offered_s, wall, cpu, idle)
         print(messages)
         print("extender answers: " + await extender_answers(stack))
         events = await replay_events(stack.nats_url)
@@ -221,6 +222,14 @@ async def main(args: argparse.Namespace) -> None:
         await stack.stop()
         if not keep:
             shutil.rmtree(data, ignore_errors=True)
+
+
+async def idle_cpu(pids: dict[str, int | None], seconds: float) -> dict[str, float]:
+    """CPU seconds a second each process burns with no pod in flight (timers, heartbeats, the 100
+    node-agents' consumers in one process): the per-pod figures are also printed net of it."""
+    before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+    await asyncio.sleep(seconds)
+    return {n: (cpu_seconds(pid) - before[n]) / seconds for n, pid in pids.items()}
 
 
 async def extender_answers(stack: Stack) -> str:
@@ -285,7 +294,8 @@ def steady_rate(starts: list[float]) -> str:
 
 
 def report(args: argparse.Namespace, submitted: dict[str, float], observer: Observer,  # noqa: PLR0917
-           errors: list[str], offered_s: float, wall: float, cpu: dict[str, float]) -> None:
+           errors: list[str], offered_s: float, wall: float, cpu: dict[str, float],
+           idle: dict[str, float]) -> None:
     lat = [observer.started[n] - t for n, t in submitted.items() if n in observer.started]
     started = len(lat)
     print(f"pods: {args.pods} offered at {args.rate:.0f}/s over {offered_s:.1f}s; started {started}, "
@@ -311,6 +321,11 @@ def report(args: argparse.Namespace, submitted: dict[str, float], observer: Obse
     own = {n: per_pod(cpu.get(n, 0)) for n in ("webhook", "scheduler", "agents")}
     print(f"gpubus-owned CPU ms per started pod: {sum(own.values()):.2f} = webhook {own['webhook']:.2f} "
           f"+ scheduler {own['scheduler']:.2f} + node-agents {own['agents']:.2f}")
+    print(f"idle CPU ms/s before the load ({args.idle_s:.0f}s): "
+          + ", ".join(f"{n} {v * 1000:.1f}" for n, v in sorted(idle.items())))
+    net = {n: per_pod(max(cpu.get(n, 0) - idle.get(n, 0) * wall, 0)) for n in own}
+    print(f"gpubus-owned CPU ms per started pod net of idle: {sum(net.values()):.2f} = webhook "
+          f"{net['webhook']:.2f} + scheduler {net['scheduler']:.2f} + node-agents {net['agents']:.2f}")
     for reason in sorted(set(observer.failed.values()))[:3]:
         print(f"  failed: {reason}")
     for error in errors[:3]:
@@ -336,8 +351,11 @@ if __name__ == "__main__":
                         help="HAMi mode: filter returns only the best node (no /prioritize round trip).")
     parser.add_argument("--node-identity", action=argparse.BooleanOptionalAction, default=True,
                         help="Node-agents connect as their own node (auth callout), as in `gpubus up`.")
+    parser.add_argument("--idle-s", type=float, default=10.0,
+                        help="Measure each process's idle CPU this long before the load.")
     parser.add_argument("--smoke", action="store_true", help="2 nodes x 2 GPUs, 20 small pods at 50/s.")
     args = parser.parse_args()
     if args.smoke:
         args.pods, args.rate, args.nodes, args.devices, args.mix = 20, 50.0, 2, "2xA100-80GB", "small"
+        args.idle_s = 1.0
     uvloop.run(main(args))  # the services' loop too: the client's own CPU stays small

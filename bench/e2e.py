@@ -227,6 +227,8 @@ async def main(args: argparse.Namespace) -> None:
 async def idle_cpu(pids: dict[str, int | None], seconds: float) -> dict[str, float]:
     """CPU seconds a second each process burns with no pod in flight (timers, heartbeats, the 100
     node-agents' consumers in one process): the per-pod figures are also printed net of it."""
+    if seconds <= 0:
+        return dict.fromkeys(pids, 0.0)
     before = {n: cpu_seconds(pid) for n, pid in pids.items()}
     await asyncio.sleep(seconds)
     return {n: (cpu_seconds(pid) - before[n]) / seconds for n, pid in pids.items()}

@@ -289,20 +289,13 @@ class KV:
         while True:
             try:
                 with translated(what):
-                    # What the leader had acknowledged before the read began: the read must hold it.
-                    floor = (await through_failover(lambda: self._js.stream_info(self._stream),
-                                                    within_s=self._failover_s, what=what)).state.last_seq
+                    # Read before the consumer: what the leader had acknowledged then, the read must hold.
+                    stream = await through_failover(lambda: self._js.stream_info(self._stream),
+                                                    within_s=self._failover_s, what=what)
                     info = await through_failover(lambda: self._js.add_consumer(self._stream, config),
                                                   within_s=self._failover_s, what=what)
                     try:
-                        behind = await self._lagging_host(info)
-                        if behind is None:
-                            read = await self._drain(info.name, info.num_pending or 0)
-                            if read.revision >= floor or not await self._missed(info, read.revision, floor):
-                                return read
-                            behind = info.cluster.leader if info.cluster is not None else "?"
-                        raise BusUnavailable(f"{what}: the server holding the read ({behind}) is "
-                                             f"still catching up with the stream")
+                        return await self._whole_read(info, stream, what)
                     finally:
                         await self._delete_consumer(info.name)
             except BusUnavailable as e:
@@ -312,37 +305,30 @@ class KV:
                 log.info("%s; reading again", e)
                 await asyncio.sleep(_SNAPSHOT_RETRY_S)
 
-    async def _lagging_host(self, info: api.ConsumerInfo) -> str | None:
-        """The server holding the read consumer, if it is a replica still catching up; else None.
+    async def _whole_read(self, info: api.ConsumerInfo, stream: api.StreamInfo, what: str) -> Snapshot:
+        """Drain the read consumer if the server holding it has everything the stream's leader had
+        acknowledged before the read began; else ``BusUnavailable`` (the caller reads again).
 
         On a cluster an R1 consumer may be placed on any replica of the stream, and reads that
-        replica's copy: one just restarted holds an older prefix, which would read as entries
-        missing (seen: a revived server answered 94 of 400 revisions). The stream's leader says
-        which replicas are current.
+        replica's copy. One just restarted holds an older prefix (seen: a revived server answered
+        94 of 400 revisions), and the leader says so; but it calls a replica current once its log
+        holds the writes, before the replica has applied them to its copy (seen in CI: 20 of 220
+        keys). So a read that ends below the leader's last sequence asks the leader too.
         """
         host = info.cluster.leader if info.cluster is not None else None
-        if host is None:
-            return None  # a single server: its copy is the stream
-        stream = await self._js.stream_info(self._stream)
-        cluster = stream.cluster
-        if cluster is None or cluster.leader in (None, host):
-            return None
-        for peer in cluster.replicas or []:
-            if peer.name == host:
-                return None if peer.current and not peer.offline else host
-        return host  # not a replica the leader knows of: do not trust its copy
+        if host is None:  # a single server: its copy is the stream
+            return await self._drain(info.name, info.num_pending or 0)
+        if not _lagging(host, stream):
+            read = await self._drain(info.name, info.num_pending or 0)
+            floor = stream.state.last_seq
+            if read.revision >= floor or not await self._missed(read.revision, floor):
+                return read
+        raise BusUnavailable(f"{what}: the server holding the read ({host}) is still catching up "
+                             f"with the stream")
 
-    async def _missed(self, info: api.ConsumerInfo, highest: int, floor: int) -> bool:
-        """Whether the stream's leader holds a message the read did not reach (past ``highest``,
-        at most ``floor``).
-
-        The leader calls a replica current once its log holds the writes, before the replica has
-        applied them to its copy: a read placed there just after its restart is short of the tail
-        (seen in CI: 20 of 220 keys). A read that ends below ``floor`` is short only if such a
-        message still exists; one removed since (expired, purged) leaves nothing to miss.
-        """
-        if info.cluster is None or info.cluster.leader is None:
-            return False  # a single server: its copy is the stream
+    async def _missed(self, highest: int, floor: int) -> bool:
+        """Whether the stream's leader holds a message past ``highest`` and at most ``floor``: one a
+        read ending at ``highest`` should have reached. One removed since (expired, purged) is not."""
         try:
             msg = await self._js.get_msg(self._stream, seq=highest + 1, subject=self._prefix + ">",
                                          next=True, direct=False)
@@ -449,6 +435,17 @@ class KV:
         watch = Watch(sub, self)
         self._watches.add(watch)
         return watch
+
+
+def _lagging(host: str, stream: api.StreamInfo) -> bool:
+    """Whether ``host`` is a replica of ``stream`` its leader does not call current (or does not know)."""
+    cluster = stream.cluster
+    if cluster is None or cluster.leader in (None, host):
+        return False
+    for peer in cluster.replicas or []:
+        if peer.name == host:
+            return not peer.current or bool(peer.offline)
+    return True  # not a replica the leader knows of: do not trust its copy
 
 
 def _api_prefix(js: JetStreamContext) -> str:

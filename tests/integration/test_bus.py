@@ -18,6 +18,7 @@ import msgpack
 import pytest
 from asyncwait import wait_until
 from bus_settings import bus_settings
+from nats.aio.msg import Msg
 from natsproc import NatsServerProcess
 
 from shared.bus import ANY, KV, Bus, BusSettings, ConsumerOptions, Entry, NoResponders, QueryFailed, Snapshot
@@ -817,6 +818,25 @@ async def test_a_snapshot_whose_reader_is_deleted_fails_instead_of_returning_les
         assert len((await reader.snapshot()).entries) == total
     finally:
         await no_retry.close()
+
+
+async def test_a_snapshot_read_that_nothing_answers_ends_after_two_missed_heartbeats(bus: Bus) -> None:
+    """A pull that reached something but is never served (a consumer dropped after accepting it)
+    gets no status at all: the read asked for idle heartbeats and ends after two missed ones, not
+    its 30 s budget. Here a plain subscriber takes the pull and answers nothing."""
+    kv = await bus.kv("inventory")
+    swallowed: list[bytes] = []
+
+    async def swallow(msg: Msg) -> None:
+        swallowed.append(msg.data)
+    sink = await bus.nc.subscribe("$JS.API.CONSUMER.MSG.NEXT.KV_inventory.ghost", cb=swallow)
+    try:
+        with pytest.raises(BusUnavailable, match=r"^kv snapshot inventory: the server stopped answering "
+                                                 r"\(no heartbeat\) after 0 of 10$"):
+            await kv._drain("ghost", 10)
+    finally:
+        await sink.unsubscribe()
+    assert len(swallowed) == 1 and b'"idle_heartbeat"' in swallowed[0]
 
 
 @pytest.mark.parametrize(("answer", "why"), [

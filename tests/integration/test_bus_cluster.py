@@ -21,11 +21,11 @@ import pytest
 import pytest_asyncio
 from asyncwait import wait_until
 from bus_settings import bus_settings
-from nats.js import api
 from natsproc import NatsServerProcess
 
 from gpubus.natscluster import EmbeddedCluster
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, STREAM, Bus
+from shared.bus.kv import _lagging
 from shared.errors import BusRefused
 from shared.events import PodAdmitted
 
@@ -182,23 +182,19 @@ async def test_a_snapshot_never_reads_a_replica_that_is_catching_up(
     await asyncio.to_thread(cluster.kill, follower)
     await asyncio.gather(*(kv.put(f"after-{n}", b"y") for n in range(200)))
 
-    # The leader's view of the dead follower: a consumer placed there is refused, the leader's is not.
-    def placed_on(server: str) -> api.ConsumerInfo:
-        return api.ConsumerInfo(name="read", stream_name=f"KV_{ALLOCATIONS}", config=api.ConsumerConfig(),
-                                created=None, cluster=api.ClusterInfo(leader=server))  # type: ignore[arg-type]
-    leader = (await r3_bus.js.stream_info(f"KV_{ALLOCATIONS}")).cluster.leader  # type: ignore[union-attr]
-    assert await kv._lagging_host(placed_on(follower)) == follower
-    assert await kv._lagging_host(placed_on("nats-9")) == "nats-9"
-    assert await kv._lagging_host(placed_on(leader)) is None  # type: ignore[arg-type]
+    # The leader's view of the dead follower: a read placed there is refused, the leader's is not.
+    stream = await r3_bus.js.stream_info(f"KV_{ALLOCATIONS}")
+    leader = stream.cluster.leader  # type: ignore[union-attr]
+    assert leader is not None
+    assert _lagging(follower, stream)
+    assert _lagging("nats-9", stream)  # not a replica the leader knows of
+    assert not _lagging(leader, stream)
     # A replica the leader already calls current may not have applied the tail yet: a read that
     # ends short of what the leader acknowledged before it began is refused while that tail exists.
-    floor = (await r3_bus.js.stream_info(f"KV_{ALLOCATIONS}")).state.last_seq
-    assert await kv._missed(placed_on(leader), floor - 200, floor)  # type: ignore[arg-type]
-    assert await kv._missed(placed_on(leader), floor - 1, floor)  # type: ignore[arg-type]
-    assert not await kv._missed(placed_on(leader), floor, floor)  # type: ignore[arg-type]
-    single = api.ConsumerInfo(name="read", stream_name=f"KV_{ALLOCATIONS}", config=api.ConsumerConfig(),
-                              created=None)  # type: ignore[arg-type]
-    assert not await kv._missed(single, floor - 200, floor)  # one server: its copy is the stream
+    floor = stream.state.last_seq
+    assert await kv._missed(floor - 200, floor)
+    assert await kv._missed(floor - 1, floor)
+    assert not await kv._missed(floor, floor)
 
     await asyncio.to_thread(cluster.revive, follower)
     want = {f"before-{n}" for n in range(20)} | {f"after-{n}" for n in range(200)}

@@ -423,9 +423,7 @@ class _FirstConnect:
             await asyncio.wait({connecting, refused}, timeout=self.timeout,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (connecting, refused):
-                task.cancel()
-            await asyncio.gather(connecting, refused, return_exceptions=True)
+            await _cancelled({connecting, refused})
             self.done = True
         failure = connecting.exception() if not connecting.cancelled() else None
         if connecting.cancelled() or failure is not None:
@@ -440,6 +438,25 @@ class _FirstConnect:
         if isinstance(failure, ValueError):
             return BusRefused(f"bus setting url: cannot use {self.where}: {failure}")
         return BusUnavailable(f"cannot connect to NATS at {self.where} within {self.timeout}s: {cause!r}")
+
+
+#: How often a cancel is repeated while a task has not ended, seconds.
+_CANCEL_AGAIN_S = 0.1
+
+
+async def _cancelled(tasks: set[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` until every one has ended.
+
+    On Python 3.11 ``asyncio.wait_for`` loses a cancel that lands as its inner call fails: nats-py's
+    connect awaits ``open_connection`` under one, a refused port fails at once, and the connect
+    loop takes the error for an outage and retries forever (seen in CI: a worker stuck until the
+    test timeout killed it). So the cancel is repeated, never awaited once.
+    """
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_CANCEL_AGAIN_S)
 
 
 def _callbacks(settings: BusSettings, bus_box: list[Bus],

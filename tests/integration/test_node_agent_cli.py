@@ -59,9 +59,18 @@ async def test_cli_runs_an_agent_that_registers_serves_metrics_and_stops_on_sigt
     args = ("--node-name", "cli-node", "--metrics-port", str(port), "--nats-url", nats_url)
     async with agent_on_a_kubelet(*args) as (proc, kubelet):
         await kubelet.wait_for(lambda: len(kubelet.devices()) == 20, timeout=30)
-        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
-            body = await resp.text()
-        assert 'gpubus_node_agent_registrations_total{result="ok"} 1.0' in body
+
+        async def metrics() -> str:
+            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                return await resp.text()
+
+        # The kubelet may list the devices before the agent has read its Register's answer: the
+        # registration is counted then, not necessarily by the time the devices are seen.
+        async def registered() -> bool:
+            return 'gpubus_node_agent_registrations_total{result="ok"} 1.0' in await metrics()
+
+        await wait_until(registered, what="the registration counted")
+        body = await metrics()
         assert 'gpubus_node_agent_devices{health="healthy"} 2.0' in body
         nc = await nats.connect(nats_url)  # a decision that is no event: counted on the bus's counters
         try:
@@ -70,8 +79,7 @@ async def test_cli_runs_an_agent_that_registers_serves_metrics_and_stops_on_sigt
             await nc.close()
 
         async def counted() -> bool:
-            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
-                return "gpubus_bus_decode_errors_total 1.0" in await resp.text()
+            return "gpubus_bus_decode_errors_total 1.0" in await metrics()
 
         await wait_until(counted, what="the undecodable decision counted")
         proc.send_signal(signal.SIGTERM)

@@ -229,6 +229,7 @@ async def test_lease_of_a_gone_owner_is_taken_over_at_once(
         writes.append("delete" if deleting else msg.data.decode())
 
     sub = await bus.nc.subscribe(f"$KV.locks.{key}", cb=on_write)
+    await bus.nc.flush()  # the server has our subscription before the scheduler's connection writes
     pod = await create(kube, gpu_pod("p", slice_of(1000)))
     assert await client.bind(pod, "n1") == ""
     await bus.nc.flush()

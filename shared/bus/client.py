@@ -47,6 +47,7 @@ from shared.bus.stats import BusStats
 from shared.codec import MAX_EVENT_BYTES, encode
 from shared.errors import BusRefused, BusUnavailable, clip
 from shared.events import Event, subject_for
+from shared.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +424,9 @@ class _FirstConnect:
             await asyncio.wait({connecting, refused}, timeout=self.timeout,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await _cancelled({connecting, refused})
+            # cancel_and_wait re-cancels: on Python 3.11 a cancel can be lost as nats-py's
+            # open_connection fails on a refused port, and its connect loop then retries forever
+            await cancel_and_wait(connecting, refused, log_errors=False)
             self.done = True
         failure = connecting.exception() if not connecting.cancelled() else None
         if connecting.cancelled() or failure is not None:
@@ -438,25 +441,6 @@ class _FirstConnect:
         if isinstance(failure, ValueError):
             return BusRefused(f"bus setting url: cannot use {self.where}: {failure}")
         return BusUnavailable(f"cannot connect to NATS at {self.where} within {self.timeout}s: {cause!r}")
-
-
-#: How often a cancel is repeated while a task has not ended, seconds.
-_CANCEL_AGAIN_S = 0.1
-
-
-async def _cancelled(tasks: set[asyncio.Task[Any]]) -> None:
-    """Cancel ``tasks`` until every one has ended.
-
-    On Python 3.11 ``asyncio.wait_for`` loses a cancel that lands as its inner call fails: nats-py's
-    connect awaits ``open_connection`` under one, a refused port fails at once, and the connect
-    loop takes the error for an outage and retries forever (seen in CI: a worker stuck until the
-    test timeout killed it). So the cancel is repeated, never awaited once.
-    """
-    pending = {t for t in tasks if not t.done()}
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=_CANCEL_AGAIN_S)
 
 
 def _callbacks(settings: BusSettings, bus_box: list[Bus],

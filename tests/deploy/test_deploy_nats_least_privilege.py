@@ -10,6 +10,7 @@ Case matrix (role -> allowed / refused):
 - scheduler, node-agent, monitor, dashboard: covered by :mod:`test_deploy_nats_auth` (each its own
   allowed work and a refused subject of another stage)
 """
+# ruff: noqa: F811  (the imported fixtures are named as test arguments)
 
 from __future__ import annotations
 

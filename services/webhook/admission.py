@@ -174,7 +174,7 @@ def _mutate_containers(new_spec: dict[str, object], s: AdmissionSettings) -> boo
     gpu = False
     for key in CONTAINER_KEYS:
         for container in _list(new_spec.get(key), f"spec.{key}"):
-            denial = _percentage_denial(container, s.names)
+            denial = _percentage_denial(container, s.names) or _cores_denial(container, s.names)
             if denial:
                 return _deny(Outcome.INVALID_QUANTITY, denial, code=400)
             try:
@@ -206,6 +206,23 @@ def _percentage_denial(container: Mapping[str, object], names: ResourceNames) ->
     return (
         f"invalid {names.memory_percentage} value {pct} in container {container.get('name', '')}: "
         f"must be an integer between 0 and 100"
+    )
+
+
+def _cores_denial(container: Mapping[str, object], names: ResourceNames) -> str | None:
+    """Cores are % of one card's SMs: above 100 is refused here (HAMi's Fit would clamp it silently)."""
+    raw = _resource(container, names.cores) if names.cores else None
+    if raw is None:
+        return None
+    try:
+        cores = parse_quantity(raw)
+    except ValueError:
+        return None  # not an integer: request derivation names it as an invalid quantity
+    if 0 <= cores <= 100:
+        return None
+    return (
+        f"invalid {names.cores} value {cores} in container {container.get('name', '')}: "
+        f"must be an integer between 0 and 100 (% of one card's compute)"
     )
 
 

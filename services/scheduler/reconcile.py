@@ -25,6 +25,7 @@ from services.scheduler.binder import Binder
 from services.scheduler.bindphase import BindPhaseWriter
 from services.scheduler.leases import AllocLeases
 from services.scheduler.metrics import SchedulerMetrics
+from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.state import State
 from shared import annotations as ann
 from shared.bus import Subscription
@@ -187,8 +188,11 @@ class Reconciler:
         scheduler_name: str,
         clock: Callable[[], float] = time.time,
         names: ResourceNames = DEFAULT_NAMES,
+        nodes: NodeBook | None = None,
     ) -> None:
         self._state = state
+        self._nodes = nodes if nodes is not None else NodeBook()
+        """Labels, taints and unschedulable of every node, for /bind's node-side checks."""
         self._leases = leases
         self._kube = kube
         self._binder = binder
@@ -369,6 +373,8 @@ class Reconciler:
                 continue
             if event["type"] == "DELETED":
                 self._state.ledger.remove_node(name)
+                self._nodes.remove(name)
                 continue
+            self._nodes.put(node)
             a = (node.get("metadata") or {}).get("annotations") or {}
             self._state.ledger.set_annotations(name, {k: a[k] for k in _NODE_KEYS if k in a})

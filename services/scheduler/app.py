@@ -32,6 +32,7 @@ from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.placement import Placement
 from services.scheduler.pod_cache import PodCache
+from services.scheduler.podconfirm import PodConfirmer
 from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
 from services.scheduler.reconcile import Reconciler
 from services.scheduler.settings import SchedulerSettings
@@ -253,6 +254,8 @@ class SchedulerApp:
             events=self.bus,
             clock=self.clock,
             names=self.names,
+            confirmer=PodConfirmer(self.kube, self.reconciler.live),
+            known_node=lambda name: NodeName(name) in self.ledger or NodeName(name) in self.nodes,
         )
 
     async def _serve(self) -> None:

@@ -205,7 +205,8 @@ class Reconciler:
         self._scheduler_name = scheduler_name
         self._clock = clock
         self._names = names
-        self._live: set[str] = set()
+        self._live: dict[str, tuple[str, str]] = {}
+        """UID -> (namespace, name) of every live pod that matters, as the API server shows it."""
         self.pods_synced = asyncio.Event()
 
     # --- node-agent verdicts ---------------------------------------------------------------
@@ -318,13 +319,17 @@ class Reconciler:
             return
         finished = (pod.get("status") or {}).get("phase") in _TERMINAL
         if kind == "DELETED" or finished:
-            self._live.discard(uid)
+            self._live.pop(uid, None)
             if self._state.ledger.entry(PodUID(uid)) is not None:
                 await self.release(PodUID(uid), "pod deleted" if kind == "DELETED" else "pod finished")
             return
-        self._live.add(uid)
+        self._live[uid] = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if self._state.ledger.entry(PodUID(uid)) is None and not self._binder.binding(uid):
             await self._adopt(pod)
+
+    def live(self, uid: str) -> tuple[str, str] | None:
+        """(namespace, name) of the pod with this UID if the pod watch shows it alive."""
+        return self._live.get(uid)
 
     async def _adopt(self, pod: Mapping[str, Any]) -> None:
         try:

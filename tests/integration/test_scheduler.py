@@ -133,6 +133,8 @@ async def test_no_fit_publishes_pod_unschedulable_with_per_node_reasons(
 ) -> None:
     seen = await events(bus, "gpubus.pod.unschedulable.>")
     await cluster(bus, kube, scheduler, "n1")
+    await create_node(kube, "ghost")  # a Node without a node-agent: known, but unregistered
+    await wait_until(lambda: NodeName("ghost") in scheduler.nodes, what="ghost seen")
     pod = await create(kube, gpu_pod("big", slice_of(1000, count=3)))
     await client.filter(pod, ["n1", "ghost"])
     await wait_until(lambda: len(seen) == 1, what="pod.unschedulable")

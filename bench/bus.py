@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from natsproc import NatsServerProcess  # noqa: E402
 
-from gpubus.natscluster import EmbeddedCluster  # noqa: E402
+from gpubus_local.natscluster import EmbeddedCluster  # noqa: E402
 from shared.bus import Bus, BusSettings  # noqa: E402
 from shared.events import AllocationReleased, Event  # noqa: E402
 

@@ -36,7 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from natsproc import NatsServerProcess  # noqa: E402
 
-from gpubus.natsserver import free_port  # noqa: E402
+from gpubus_local.natsserver import free_port  # noqa: E402
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings  # noqa: E402
 from shared.events import (  # noqa: E402
     AllocationDecided,

@@ -38,10 +38,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpubus.natsserver import free_port
-from gpubus.stack import Stack, StackSpec
-from gpubus.stack_check import replay_overcommit
-from gpubus.stack_pods import percentile
+from gpubus.pods import percentile
+from gpubus_local.natsserver import free_port
+from gpubus_local.stack import Stack, StackSpec
+from gpubus_local.stack_check import replay_overcommit
 from shared.bus import STREAM, Bus, BusSettings
 from shared.codec import to_wire
 from shared.events import Event

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from natsproc import NatsServerProcess  # noqa: E402
 
-from gpubus_sim.apiserver import SimApiServer  # noqa: E402
+from gpubus_local.sim.apiserver import SimApiServer  # noqa: E402
 from services.scheduler.app import SchedulerApp  # noqa: E402
 from services.scheduler.settings import SchedulerSettings  # noqa: E402
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings  # noqa: E402

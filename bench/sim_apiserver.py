@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 
 PODS = 2000
 CONCURRENCY = 32

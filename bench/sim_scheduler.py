@@ -21,10 +21,10 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.extender_client import ExtenderConfig
-from gpubus_sim.kube import SimKubeClient
-from gpubus_sim.scheduler import SchedulerSettings, SimScheduler
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.extender_client import ExtenderConfig
+from gpubus_local.sim.kube import SimKubeClient
+from gpubus_local.sim.scheduler import SchedulerSettings, SimScheduler
 
 
 def extender_app(kube: SimKubeClient, nodes: int) -> web.Application:

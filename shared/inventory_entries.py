@@ -10,7 +10,10 @@ Must not know NATS, the ledger or any service. Pure.
 
 from __future__ import annotations
 
-from shared.codec import decode_as, pack
+import msgpack
+
+from shared.codec import from_wire, to_wire
+from shared.errors import EventDecodeError
 from shared.events import Inventory
 from shared.ledger_entries import KeyMismatch
 
@@ -18,12 +21,16 @@ __all__ = ["KeyMismatch", "decode_inventory", "decode_inventory_entry", "encode_
 
 
 def encode_inventory(inventory: Inventory) -> bytes:
-    return pack(inventory)
+    return bytes(msgpack.packb(to_wire(inventory), use_bin_type=True))
 
 
 def decode_inventory(value: bytes) -> Inventory:
     """Bytes from KV -> Inventory; EventDecodeError when they are not a usable inventory event."""
-    return decode_as(Inventory, value, "inventory entry")
+    try:
+        body = msgpack.unpackb(value, raw=False)
+    except Exception as e:
+        raise EventDecodeError(f"inventory entry is not valid msgpack: {e}") from e
+    return from_wire(Inventory, body)
 
 
 def decode_inventory_entry(key: str, value: bytes) -> Inventory:

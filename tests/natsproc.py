@@ -1,6 +1,6 @@
 """A real ``nats-server`` process for tests: start, stop, restart on the same port and store.
 
-The same :class:`~gpubus.natsserver.EmbeddedNats` that ``gpubus up`` runs, with a free port by
+The same :class:`~gpubus_local.natsserver.EmbeddedNats` that ``gpubus up`` runs, with a free port by
 default; used by the session fixture in ``conftest.py`` and by tests that take NATS down
 ("NATS is gone") and bring it back. Waits on the server's greeting, never on a sleep.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpubus.natsserver import EmbeddedNats, free_port, nats_server_binary, wait_until_serving
+from gpubus_local.natsserver import EmbeddedNats, free_port, nats_server_binary, wait_until_serving
 
 __all__ = ["NatsServerProcess", "free_port", "nats_server_binary", "wait_until_serving"]
 

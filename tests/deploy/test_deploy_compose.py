@@ -83,8 +83,9 @@ def _flags(argv: list[str]) -> dict[str, str]:
 
 def _gpubus_up_built(data_dir: Path) -> dict[str, Any]:
     """The children ``gpubus up`` would start with the compose stack's ports and ``data_dir``."""
-    stack_module = pytest.importorskip("gpubus.stack", reason="`gpubus up` (gpubus/stack.py) not written yet")
-    tls_module = pytest.importorskip("gpubus.stack_tls")
+    stack_module = pytest.importorskip("gpubus_local.stack",
+                                       reason="`gpubus up` (gpubus_local/stack.py) not written yet")
+    tls_module = pytest.importorskip("gpubus_local.stack_tls")
     spec = stack_module.StackSpec(data_dir=data_dir, nodes=4, devices="4xA100-80GB",
                                   nats_url="nats://nats:4222", port_base=17000, log_level="info")
     stack = stack_module.Stack(spec)

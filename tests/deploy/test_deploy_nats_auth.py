@@ -27,8 +27,8 @@ from asyncwait import wait_until
 from helmchart import ROOT, chart_values
 from natsproc import free_port, nats_server_binary, wait_until_serving
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from services.authn import nkeyjwt
 from services.authn.app import Authn, AuthnApp
 from services.authn.settings import AuthnSettings

@@ -1,4 +1,4 @@
-"""The end-to-end harness: a whole ``gpubus up`` stack started in-test through :mod:`gpubus.stack`.
+"""The end-to-end harness: a whole ``gpubus up`` stack started in-test through :mod:`gpubus_local.stack`.
 
 :func:`running_stack` yields an :class:`E2E` handle: the :class:`Stack` (restart/kill children,
 restart NATS), a Kubernetes client on the stack's kubeconfig, a bus connection for KV reads,
@@ -21,9 +21,9 @@ from typing import Any, cast
 from asyncwait import wait_until
 from e2e_invariants import Facts, changes_unseen, check, live_gpu_pod
 
-from gpubus.stack import Stack, StackSpec
-from gpubus_sim.kube import SimKubeClient
-from gpubus_sim.nodes import control_subject
+from gpubus_local.sim.kube import SimKubeClient
+from gpubus_local.sim.nodes import control_subject
+from gpubus_local.stack import Stack, StackSpec
 from shared.bus import ALLOCATIONS, LOCKS, STREAM, Bus, BusSettings
 from shared.kube import list_and_watch_pods
 from shared.kube_types import Pod as KubePod

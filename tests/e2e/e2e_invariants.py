@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpubus.stack_check import replay_overcommit
+from gpubus_local.stack_check import replay_overcommit
 
 Pod = dict[str, Any]
 

@@ -19,7 +19,7 @@ from e2e_harness import E2E, gpu_pod, running_stack
 from kubectl import kubectl, needs_kubectl
 from pod_manifests import directive_keys
 
-from gpubus.stack import Stack, StackError, StackSpec
+from gpubus_local.stack import Stack, StackError, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -20,9 +20,9 @@ from asyncwait import wait_until
 from e2e_harness import E2E, gpu_pod, running_stack
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpubus.stack import NODES_ENV
-from gpubus.stack_scratch import host_scratch_root
-from gpubus.stack_scratch import hosts_dir as hosts_dir_of
+from gpubus_local.stack import NODES_ENV
+from gpubus_local.stack_scratch import host_scratch_root
+from gpubus_local.stack_scratch import hosts_dir as hosts_dir_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -18,7 +18,7 @@ from asyncwait import wait_until
 from e2e_harness import E2E, gpu_pod, running_stack
 from kubectl import kubectl, needs_kubectl
 
-from gpubus.stack_scratch import pod_log_dir
+from gpubus_local.stack_scratch import pod_log_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), needs_kubectl]
 

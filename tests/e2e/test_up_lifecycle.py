@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 from asyncwait import wait_until
 
-from gpubus.stack import Stack, StackSpec
+from gpubus_local.stack import Stack, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

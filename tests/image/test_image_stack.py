@@ -38,7 +38,7 @@ pytestmark = [
 PRODUCTION_COMMANDS = ("webhook", "scheduler", "node-agent", "monitor", "dashboard", "tap")
 SIM_COMMANDS = ("sim-control", "sim-kube-scheduler", "sim-nodes")
 ALL_COMMANDS = PRODUCTION_COMMANDS + SIM_COMMANDS
-SIMULATOR_PACKAGE = "gpubus_sim"
+SIMULATOR_PACKAGE = "gpubus_local"
 LONG_RUNNING = {"nats", "control", "kube-scheduler", "webhook", "scheduler", "nodes", "dashboard"}
 #: example -> (GPUs per container, MiB per GPU, % of SMs per GPU), as its manifest asks.
 EXAMPLES = {"pod-shared-memory.yaml": (1, 3000, 30), "pod-multi-gpu.yaml": (2, 20480, 50)}

@@ -18,8 +18,8 @@ import pytest_asyncio
 from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from services.authn import nkeyjwt, serverconf
 from services.authn.app import Authn, AuthnApp
 from services.authn.settings import AuthnSettings

@@ -11,9 +11,9 @@ from asyncwait import wait_until
 from bus_settings import bus_settings
 from scheduler_harness import ExtenderClient, start_scheduler
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.handlers import WatchSettings
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.handlers import WatchSettings
+from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from shared.bus import Bus
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from services.scheduler.settings import SchedulerSettings
 from shared.bus import INVENTORY, Bus, BusSettings

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.handlers import WatchSettings
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.handlers import WatchSettings
+from gpubus_local.sim.kube import SimKubeClient
 
 
 @pytest.fixture

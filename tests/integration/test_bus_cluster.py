@@ -23,7 +23,7 @@ from asyncwait import wait_until
 from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
-from gpubus.natscluster import EmbeddedCluster
+from gpubus_local.natscluster import EmbeddedCluster
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, STREAM, Bus
 from shared.bus.kv import _lagging
 from shared.errors import BusRefused

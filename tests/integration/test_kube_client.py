@@ -23,9 +23,9 @@ from aiohttp import web
 from asyncwait import wait_until
 from kubectl import kubectl, needs_kubectl
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.handlers import WatchSettings
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.handlers import WatchSettings
+from gpubus_local.sim.kube import SimKubeClient
 from shared.kube import (
     Conflict,
     Gone,

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trustme
 
-from gpubus_sim.admission import WebhookConfig
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.admission import WebhookConfig
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from shared.kube import KubeRejected, KubeUnavailable
 from shared.kube_types import Pod
 

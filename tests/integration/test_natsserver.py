@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpubus import natsserver, stack
-from gpubus.natsserver import EmbeddedNats, NatsServerError
+from gpubus_local import natsserver, stack
+from gpubus_local.natsserver import EmbeddedNats, NatsServerError
 
 
 def test_starts_restarts_on_the_same_port_and_says_when_the_port_is_busy(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 from asyncwait import wait_until
 from test_node_agent_rig import Rig, rig
 
-from gpubus_sim.kubelet import AdmissionError
+from gpubus_local.sim.kubelet import AdmissionError
 from services.node_agent.inventory import physical_uuid
 from shared.bus import Bus
 from shared.events import AllocationApplied, AllocationFailed, AllocationMismatch

@@ -23,7 +23,7 @@ import trustme
 from asyncwait import wait_until
 from natsproc import NatsServerProcess, free_port
 
-from gpubus_sim.kubelet import SimKubelet
+from gpubus_local.sim.kubelet import SimKubelet
 
 
 async def node_agent(*args: str) -> asyncio.subprocess.Process:

@@ -18,7 +18,7 @@ import pytest
 from asyncwait import wait_until
 from test_node_agent_rig import Rig, rig
 
-from gpubus_sim.kubelet import AdmissionError
+from gpubus_local.sim.kubelet import AdmissionError
 from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from services.node_agent.errors import PluginSocketError

@@ -15,8 +15,8 @@ import pytest
 from asyncwait import wait_until
 from test_node_agent_rig import Rig, rig
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from services.node_agent.discovery import HealthChange

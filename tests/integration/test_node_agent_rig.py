@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from gpubus_sim.kubelet import SimContainer, SimKubelet, SimPod
+from gpubus_local.sim.kubelet import SimContainer, SimKubelet, SimPod
 from services.node_agent.app import NodeAgent
 from services.node_agent.settings import NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource

@@ -14,7 +14,7 @@ import contextlib
 import pytest
 from scheduler_harness import gpu_pod, slice_of
 
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.bindphase import BindPhaseWriter
 from shared import annotations as ann
 

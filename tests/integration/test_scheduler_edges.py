@@ -31,8 +31,8 @@ from scheduler_harness import (
     slice_of,
 )
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from services.scheduler.forward import BIND_SUBJECT
 from shared import annotations as ann

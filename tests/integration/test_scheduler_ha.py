@@ -32,8 +32,8 @@ from scheduler_harness import (
     start_scheduler,
 )
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from services.scheduler.forward import BIND_SUBJECT, BindForwarder
 from services.scheduler.wire import BindingArgs

@@ -14,8 +14,8 @@ from asyncwait import wait_until
 from bus_settings import bus_settings
 from scheduler_harness import ExtenderClient, create_node, gpu_pod, register_node, slice_of, start_scheduler
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from shared.bus import Bus
 from shared.model import AllocationState, DeviceUUID, NodeName, PodUID

@@ -14,7 +14,7 @@ from typing import Any
 from asyncwait import wait_until
 from scheduler_harness import ExtenderClient, create_node, gpu_pod, register_node, slice_of
 
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from shared.bus import Bus
 from shared.events import Event, PodUnschedulable

@@ -22,9 +22,9 @@ import sim_fixtures
 from asyncwait import wait_until
 from kubectl import kubectl, needs_kubectl
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.events import EventRecorder, build_event, pod_reference
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.events import EventRecorder, build_event, pod_reference
+from gpubus_local.sim.kube import SimKubeClient
 from shared.kube import KubeRejected, NotFound
 from shared.kube_types import Event, EventSource, Pod, WatchEvent
 

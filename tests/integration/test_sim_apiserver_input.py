@@ -33,8 +33,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gpubus_sim.apiserver import SimApiServer, status_errors
-from gpubus_sim.handlers import WatchSettings
+from gpubus_local.sim.apiserver import SimApiServer, status_errors
+from gpubus_local.sim.handlers import WatchSettings
 
 PODS = "/api/v1/namespaces/default/pods"
 NODES = "/api/v1/nodes"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from asyncwait import wait_until
 
-from gpubus_sim.log_files import PodLogFiles
+from gpubus_local.sim.log_files import PodLogFiles
 
 T0 = 1_767_225_600 * 1_000_000_000  # 2026-01-01T00:00:00Z
 

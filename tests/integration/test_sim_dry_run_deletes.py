@@ -24,8 +24,8 @@ import aiohttp
 import orjson
 import pytest
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.handlers import WatchSettings
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.handlers import WatchSettings
 
 NS = "team-a"
 PODS = f"/api/v1/namespaces/{NS}/pods"

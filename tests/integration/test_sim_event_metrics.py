@@ -16,10 +16,10 @@ import aiohttp
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpubus_sim.event_metrics import HELP, RecorderStatsCollector
-from gpubus_sim.events import CorrelatorSettings, RecorderSettings, RecorderStats, pod_reference
-from gpubus_sim.node import SimNode, SimNodeSettings
-from gpubus_sim.nodes import NodesSpec, build_monitor
+from gpubus_local.sim.event_metrics import HELP, RecorderStatsCollector
+from gpubus_local.sim.events import CorrelatorSettings, RecorderSettings, RecorderStats, pod_reference
+from gpubus_local.sim.node import SimNode, SimNodeSettings
+from gpubus_local.sim.nodes import NodesSpec, build_monitor
 
 FIELDS = [f.name for f in dataclasses.fields(RecorderStats)]
 

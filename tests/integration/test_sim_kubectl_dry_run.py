@@ -33,9 +33,9 @@ import sim_fixtures
 from kubectl import kubectl, needs_kubectl
 from pod_manifests import FORBIDDEN, pod_yaml
 
-from gpubus_sim.admission import WebhookConfig
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.admission import WebhookConfig
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from shared.kube_types import WatchEvent
 
 if TYPE_CHECKING:

@@ -24,11 +24,11 @@ from typing import Any, cast
 import pytest
 from kubectl import kubectl, needs_kubectl, spawn_kubectl
 
-from gpubus_sim import pod_logs
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
-from gpubus_sim.log_files import PodLogFiles
-from gpubus_sim.node import running_status, sim_pod, succeeded_status
+from gpubus_local.sim import pod_logs
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
+from gpubus_local.sim.log_files import PodLogFiles
+from gpubus_local.sim.node import running_status, sim_pod, succeeded_status
 from shared.kube_types import Pod
 
 pytestmark = needs_kubectl

@@ -28,7 +28,7 @@ import pytest
 import sim_fixtures
 from kubectl import kubectl, needs_kubectl
 
-from gpubus_sim.apiserver import SimApiServer
+from gpubus_local.sim.apiserver import SimApiServer
 
 GPU_POD = """\
 apiVersion: v1

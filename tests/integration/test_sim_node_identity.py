@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gpubus.stack_identity import NAMESPACE
-from gpubus_sim.admission import WebhookConfig
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
-from gpubus_sim.node_identity import ensure_namespace, node_token_file
+from gpubus_local.sim.admission import WebhookConfig
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
+from gpubus_local.sim.node_identity import ensure_namespace, node_token_file
+from gpubus_local.stack_identity import NAMESPACE
 from shared.kube_errors import KubeError
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import sim_fixtures
 from asyncwait import wait_until
 
-from gpubus_sim.kube import SimKubeClient
-from gpubus_sim.node import SimNode, SimNodeSettings
+from gpubus_local.sim.kube import SimKubeClient
+from gpubus_local.sim.node import SimNode, SimNodeSettings
 from shared.kube_types import Pod
 
 server = sim_fixtures.server

@@ -17,11 +17,11 @@ import aiohttp
 import grpc
 import pytest
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
-from gpubus_sim.kubelet import _rpc_error
-from gpubus_sim.log_files import PodLogFiles
-from gpubus_sim.node import running_status, sim_pod
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
+from gpubus_local.sim.kubelet import _rpc_error
+from gpubus_local.sim.log_files import PodLogFiles
+from gpubus_local.sim.node import running_status, sim_pod
 from shared.kube_types import Pod
 
 T0 = 1_577_836_800 * 1_000_000_000

@@ -30,11 +30,11 @@ from aiohttp import web
 from asyncwait import wait_until
 from manual_clock import ManualClock
 
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.extender_client import ExtenderConfig
-from gpubus_sim.kube import SimKubeClient
-from gpubus_sim.scheduler import Outcome, SchedulerSettings, SimScheduler
-from gpubus_sim.scheduling_queue import BackoffPolicy
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.extender_client import ExtenderConfig
+from gpubus_local.sim.kube import SimKubeClient
+from gpubus_local.sim.scheduler import Outcome, SchedulerSettings, SimScheduler
+from gpubus_local.sim.scheduling_queue import BackoffPolicy
 from shared.kube_types import Event, Node, Pod
 
 GPU = "nvidia.com/gpu"

@@ -16,7 +16,7 @@ import aiohttp
 import orjson
 import pytest
 
-from gpubus_sim.apiserver import SimApiServer
+from gpubus_local.sim.apiserver import SimApiServer
 
 POD = "/api/v1/namespaces/default/pods/p"
 NODE = "/api/v1/nodes/n"

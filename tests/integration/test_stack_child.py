@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpubus.stack import Child
-from gpubus.stack_scratch import host_scratch_root
+from gpubus_local.stack import Child
+from gpubus_local.stack_scratch import host_scratch_root
 
 
 async def _no_probe() -> bool:

@@ -17,9 +17,9 @@ import pytest
 import trustme
 from natsproc import free_port
 
-from gpubus_sim.admission import WebhookConfig
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.kube import SimKubeClient
+from gpubus_local.sim.admission import WebhookConfig
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
 from services.webhook.app import Webhook
 from services.webhook.settings import WebhookSettings
 from shared.bus import BusSettings

@@ -1,5 +1,5 @@
-"""Server-side dry run in the simulated API server: the option (``gpubus_sim.dryrun``), the store's
-dry-run writes, and the webhook side of it (``gpubus_sim.admission``).
+"""Server-side dry run in the simulated API server: the option (``gpubus_local.sim.dryrun``), the store's
+dry-run writes, and the webhook side of it (``gpubus_local.sim.admission``).
 
 Case matrix:
 - the option: no value is a real write; ``All`` (once or repeated) is a dry run; any other value,
@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim import dryrun
-from gpubus_sim.admission import WebhookConfig, check_dry_run, review_request
-from gpubus_sim.errors import ApiError
-from gpubus_sim.store import Store
+from gpubus_local.sim import dryrun
+from gpubus_local.sim.admission import WebhookConfig, check_dry_run, review_request
+from gpubus_local.sim.errors import ApiError
+from gpubus_local.sim.store import Store
 
 
 def pod(name: str, **meta: Any) -> dict[str, Any]:

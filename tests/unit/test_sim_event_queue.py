@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gpubus_sim.events import EventRecorder, RecorderSettings, pod_reference
+from gpubus_local.sim.events import EventRecorder, RecorderSettings, pod_reference
 from shared.kube_types import Event
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim.events import (
+from gpubus_local.sim.events import (
     Correlator,
     EventRecorder,
     RecorderSettings,

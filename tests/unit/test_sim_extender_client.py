@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim.extender_client import ExtenderError, _host_score
+from gpubus_local.sim.extender_client import ExtenderError, _host_score
 
 
 @pytest.mark.parametrize(("entry", "expected"), [

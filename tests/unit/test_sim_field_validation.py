@@ -1,4 +1,4 @@
-"""Server-side field validation of the simulated API server (``gpubus_sim.field_validation``).
+"""Server-side field validation of the simulated API server (``gpubus_local.sim.field_validation``).
 
 Case matrix:
 - unknown fields found at every described level, in document order and the decoder's notation:
@@ -26,10 +26,10 @@ from typing import Any
 import orjson
 import pytest
 
-from gpubus_sim import objects
-from gpubus_sim.apiserver import SimApiServer
-from gpubus_sim.errors import ApiError
-from gpubus_sim.field_validation import Directive, decoded, directive, go_format, go_quote, warning
+from gpubus_local.sim import objects
+from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.errors import ApiError
+from gpubus_local.sim.field_validation import Directive, decoded, directive, go_format, go_quote, warning
 
 GPU = {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}}
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpubus_sim.errors import PatchError
-from gpubus_sim.jsonpatch import apply_json_patch, json_equal, merge_patch, parse_pointer
+from gpubus_local.sim.errors import PatchError
+from gpubus_local.sim.jsonpatch import apply_json_patch, json_equal, merge_patch, parse_pointer
 
 POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1"}},
                        "spec": {"containers": [{"name": "c0"}, {"name": "c1"}]}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpubus_sim.node import (
+from gpubus_local.sim.node import (
     ADMISSION_FAILED,
     SimContainer,
     failed_status,

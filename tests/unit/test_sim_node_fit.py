@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim.node_fit import (
+from gpubus_local.sim.node_fit import (
     SELECTOR_MISMATCH,
     UNSCHEDULABLE,
     UNTOLERATED_TAINT,

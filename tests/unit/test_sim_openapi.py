@@ -1,5 +1,5 @@
-"""The OpenAPI v3 documents of the simulated API server (``gpubus_sim.openapi``) and the core/v1
-table behind them (``gpubus_sim.corev1``).
+"""The OpenAPI v3 documents of the simulated API server (``gpubus_local.sim.openapi``) and the core/v1
+table behind them (``gpubus_local.sim.corev1``).
 
 Case matrix:
 - paths: every route the server registers under ``/api/v1/`` is in the document with the same
@@ -32,10 +32,10 @@ import kubernetes_validate
 import orjson
 import pytest
 
-from gpubus_sim import corev1, openapi
-from gpubus_sim.apiserver import SimApiServer, _discovery_v1
-from gpubus_sim.kinds import KINDS, NAMESPACED
-from gpubus_sim.tokens import TOKEN_REQUEST_PATH
+from gpubus_local.sim import corev1, openapi
+from gpubus_local.sim.apiserver import SimApiServer, _discovery_v1
+from gpubus_local.sim.kinds import KINDS, NAMESPACED
+from gpubus_local.sim.tokens import TOKEN_REQUEST_PATH
 
 METHODS = ("get", "put", "post", "patch", "delete")
 ACTIONS = {"get": {"get", "list"}, "put": {"put"}, "post": {"post"}, "patch": {"patch"},

@@ -1,4 +1,4 @@
-"""Container logs of the simulated cluster: ``gpubus_sim.pod_logs`` (pure) and ``log_files`` (the files).
+"""Container logs of the simulated cluster: ``sim.pod_logs`` (pure) and ``log_files`` (the files).
 
 Case matrix:
 - CRI records: written with Go's RFC3339Nano (the layout itself: ``test_sim_rfc3339``) and read back;
@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim import pod_logs
-from gpubus_sim.errors import ApiError
-from gpubus_sim.log_files import PodLogFiles
-from gpubus_sim.pod_logs import LogOptions, LogTarget
+from gpubus_local.sim import pod_logs
+from gpubus_local.sim.errors import ApiError
+from gpubus_local.sim.log_files import PodLogFiles
+from gpubus_local.sim.pod_logs import LogOptions, LogTarget
 from services.node_agent.allocate import AllocateConfig, build_container_response
 from shared.model import ContainerDevice, DeviceUUID
 
@@ -357,7 +357,7 @@ def test_a_log_directory_that_cannot_be_made_loses_the_log_not_the_pod(
     relative = pod_logs.log_path("default", "p", "uid-1", "main")
     for root in (Path("/proc/self/no-such-dir/pods"), blocker / "pods"):
         files = PodLogFiles(root)
-        with caplog.at_level(logging.WARNING, logger="gpubus_sim.log_files"):
+        with caplog.at_level(logging.WARNING, logger="gpubus_local.sim.log_files"):
             files.write("default", "p", "uid-1", "main", lines=["started"], time_ns=1_700_000_000_000_000_000)
         with pytest.raises(OSError):
             files.read(relative)

@@ -1,4 +1,4 @@
-"""The simulated API server's pod update rule (``gpubus_sim.pod_update``, the real ``ValidatePodUpdate``).
+"""The simulated API server's pod update rule (``sim.pod_update``, the real ``ValidatePodUpdate``).
 
 Case matrix:
 - allowed: a container's or init container's image, ``activeDeadlineSeconds`` set or lowered, a
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim.errors import ApiError
-from gpubus_sim.objects import default_pod
-from gpubus_sim.pod_update import UPDATABLE, checked_update
+from gpubus_local.sim.errors import ApiError
+from gpubus_local.sim.objects import default_pod
+from gpubus_local.sim.pod_update import UPDATABLE, checked_update
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
 OLD: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""RFC 3339 as the stand-ins write and read it (``gpubus_sim.rfc3339``).
+"""RFC 3339 as the stand-ins write and read it (``gpubus_local.sim.rfc3339``).
 
 Case matrix. Writing, one instant in the three layouts: ``metav1.Time`` cuts the fraction (never
 rounds); RFC3339Nano drops the fraction's trailing zeros and the dot on a whole second; the fixed
@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpubus_sim import rfc3339
+from gpubus_local.sim import rfc3339
 
 NS = rfc3339.NS_PER_S
 T0 = 1_767_225_600 * NS  # 2026-01-01T00:00:00Z

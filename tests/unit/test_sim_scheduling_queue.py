@@ -10,7 +10,7 @@ import asyncio
 import pytest
 from manual_clock import ManualClock
 
-from gpubus_sim.scheduling_queue import BackoffPolicy, SchedulingQueue
+from gpubus_local.sim.scheduling_queue import BackoffPolicy, SchedulingQueue
 
 
 @pytest.mark.parametrize(("attempts", "delay"),

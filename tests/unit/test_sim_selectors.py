@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim.errors import ApiError
-from gpubus_sim.selectors import parse_field_selector, parse_label_selector, structured_selector_matches
+from gpubus_local.sim.errors import ApiError
+from gpubus_local.sim.selectors import parse_field_selector, parse_label_selector, structured_selector_matches
 
 BOUND: dict[str, Any] = {"metadata": {"name": "a", "namespace": "ns", "labels": {"app": "x", "tier": "gpu"}},
                          "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim.store import Store
+from gpubus_local.sim.store import Store
 
 
 def pod(name: str, **meta: Any) -> dict[str, Any]:

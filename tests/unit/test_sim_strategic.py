@@ -1,4 +1,4 @@
-"""Strategic merge patch as the simulated API server applies it (``gpubus_sim.strategic``).
+"""Strategic merge patch as the simulated API server applies it (``gpubus_local.sim.strategic``).
 
 Case matrix:
 - merge by key: containers (name), a container's env (name) and ports (containerPort), pod and node
@@ -27,9 +27,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pod_manifests import directive_keys
 
-from gpubus_sim.errors import PatchError
-from gpubus_sim.jsonpatch import merge_patch
-from gpubus_sim.strategic import strategic_merge_patch
+from gpubus_local.sim.errors import PatchError
+from gpubus_local.sim.jsonpatch import merge_patch
+from gpubus_local.sim.strategic import strategic_merge_patch
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpubus_sim.tables import as_table, human_duration
+from gpubus_local.sim.tables import as_table, human_duration
 
 
 @pytest.mark.parametrize(("seconds", "text"), [

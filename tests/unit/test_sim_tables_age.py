@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from gpubus_sim import rfc3339
-from gpubus_sim.tables import as_table, short_duration
+from gpubus_local.sim import rfc3339
+from gpubus_local.sim.tables import as_table, short_duration
 
 S = rfc3339.NS_PER_S
 

@@ -1,4 +1,4 @@
-"""A write request's options, read in one place (``gpubus_sim.write_options``).
+"""A write request's options, read in one place (``gpubus_local.sim.write_options``).
 
 Case matrix:
 - POST, PUT, PATCH: no option is a real write with Warn; ``dryRun=All`` (once or repeated) and each
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from multidict import MultiDict
 
-from gpubus_sim import write_options
-from gpubus_sim.errors import ApiError
-from gpubus_sim.field_validation import Directive
-from gpubus_sim.write_options import DeleteOptions, OptionsKind, Preconditions, WriteOptions
+from gpubus_local.sim import write_options
+from gpubus_local.sim.errors import ApiError
+from gpubus_local.sim.field_validation import Directive
+from gpubus_local.sim.write_options import DeleteOptions, OptionsKind, Preconditions, WriteOptions
 
 KINDS: tuple[OptionsKind, ...] = ("CreateOptions", "UpdateOptions", "PatchOptions")
 

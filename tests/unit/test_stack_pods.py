@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from gpubus.stack_pods import PodTracker, gpu_column, percentile, pod_rows, pods_from_documents, render_table
+from gpubus.pods import PodTracker, gpu_column, percentile, pod_rows, pods_from_documents, render_table
 from shared.errors import BadInput
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpubus.stack_snapshot import cluster_json
+from gpubus.snapshot import cluster_json
 from services.scheduler.explain import load_cluster
 from shared.events import Inventory
 from shared.model import (

@@ -56,8 +56,9 @@ def applied(name: str, node: str, *, ts: float = 1002.0, uid: str = "") -> Alloc
                              device_ids=(f"{card_id(node, 0)}-0",), complete=True, node=node, ts=ts)
 
 
-def released(name: str, node: str, *, ts: float = 1003.0, uid: str = "") -> AllocationReleased:
-    return AllocationReleased(pod_uid=uid or f"uid-{name}", namespace="default", name=name, why="deleted",
+def released(name: str, node: str, *, ts: float = 1003.0, uid: str = "",
+             why: str = "deleted") -> AllocationReleased:
+    return AllocationReleased(pod_uid=uid or f"uid-{name}", namespace="default", name=name, why=why,
                               node=node, ts=ts)
 
 
@@ -70,8 +71,10 @@ def unschedulable(name: str, reasons: dict[str, str], *, ts: float = 1001.0) -> 
     return PodUnschedulable(namespace="default", name=name, uid=f"uid-{name}", reasons=reasons, ts=ts)
 
 
-def usage(node: str, name: str, used_mib: int, *, card: int = 0, ts: float = 1004.0) -> Usage:
-    sample = DeviceSample(uuid=card_id(node, card), used_bytes=used_mib * MIB, limit_bytes=2000 * MIB)
+def usage(node: str, name: str, used_mib: int, *, card: int = 0, ts: float = 1004.0,
+          util: float = 0.0) -> Usage:
+    sample = DeviceSample(uuid=card_id(node, card), used_bytes=used_mib * MIB, limit_bytes=2000 * MIB,
+                          utilization=util)
     container = ContainerUsage(namespace="default", pod=name, pod_uid=f"uid-{name}", container="main",
                                devices=(sample,))
     return Usage(node=node, ts=ts, containers=(container,))

@@ -63,7 +63,8 @@ class Dashboard:
         registry = make_registry(self._read_stats, lambda: self.deps.streams)
         registry.register(BusStatsCollector(lambda: bus.stats))
         self.deps = Deps(source=self, stats=self.stats, registry=registry, pulse=self.pulse,
-                         options=PageOptions(pending_forget_s=settings.pending_forget_s),
+                         options=PageOptions(pending_forget_s=settings.pending_forget_s,
+                                             idle_after_s=settings.idle_after_s),
                          push_interval_s=settings.push_interval_s, max_streams=settings.max_streams,
                          clock=clock)
         self.runner = web.AppRunner(build_app(self.deps), access_log=None, handle_signals=False)
@@ -106,7 +107,9 @@ class Dashboard:
 
     def _fresh_timeline(self) -> Timeline:
         return Timeline(feed_size=self.settings.feed_size, checkpoints=self.settings.checkpoints,
-                        checkpoint_interval_s=self.settings.checkpoint_interval_s)
+                        checkpoint_interval_s=self.settings.checkpoint_interval_s,
+                        trend_step_s=self.settings.trend_step_s,
+                        finished_retention_s=self.settings.finished_retention_s)
 
     async def close(self) -> None:
         if self.following is not None:
@@ -173,7 +176,8 @@ class Dashboard:
 
     async def _rebuild(self, at: float) -> ClusterView:
         base = self.timeline.checkpoint_before(at)
-        view = base if base is not None else ClusterView()
+        retention = self.settings.finished_retention_s
+        view = base if base is not None else ClusterView(finished_retention_s=retention)
         started = time.perf_counter()
         count = await replay(self.bus.js, start=None if base is None else base.at, after_seq=view.seq,
                              until=at, on_raw=lambda raw: _fold(view, raw),

@@ -30,7 +30,7 @@ Opt = typer.Option
 
 
 def dashboard(  # noqa: PLR0917 - typer maps parameters to the command line
-    bind: Annotated[str | None, Opt(help="Listen address (default 0.0.0.0).")] = None,
+    bind: Annotated[str | None, Opt(help="Listen address (default 127.0.0.1; the pages have no login of their own).")] = None,
     port: Annotated[int | None, Opt(help="HTTP port (default 8080; 0 = any free port).")] = None,
     history_s: Annotated[
         float | None, Opt("--history", help="Seconds of events replayed into the view and feed at start.")
@@ -44,6 +44,15 @@ def dashboard(  # noqa: PLR0917 - typer maps parameters to the command line
     pending_forget_s: Annotated[
         float | None, Opt("--pending-forget", help="Seconds after which a silent Pending pod is hidden.")
     ] = None,
+    finished_retention_s: Annotated[
+        float | None, Opt("--finished-retention", help="Seconds a finished pod stays viewable.")
+    ] = None,
+    trend_step_s: Annotated[
+        float | None, Opt("--trend-step", help="Seconds between chart samples (default 10).")
+    ] = None,
+    idle_after_s: Annotated[
+        float | None, Opt("--idle-after", help="Seconds under 5% SM use before a slice is held but idle.")
+    ] = None,
     nats_url: NatsUrl = None,
     nats_creds: NatsCreds = None,
     nats_tls_ca: NatsTlsCa = None,
@@ -54,7 +63,8 @@ def dashboard(  # noqa: PLR0917 - typer maps parameters to the command line
     """Serve the live, read-only web dashboard of the cluster (from NATS; time travel included)."""
     cli = {"bind": bind, "port": port, "history_s": history_s, "checkpoint_interval_s": checkpoint_interval_s,
            "push_interval_s": push_interval_s, "pending_forget_s": pending_forget_s, "log_level": log_level,
-           "log_json": log_json}
+           "log_json": log_json, "finished_retention_s": finished_retention_s, "trend_step_s": trend_step_s,
+           "idle_after_s": idle_after_s}
     from services.dashboard.app import run
     from services.dashboard.settings import ENV_PREFIX, DashboardSettings
 

@@ -2,8 +2,9 @@
 
 ``page(view, feed, path, query, now)`` is the one entry: it reads the path (``/``, ``/nodes``,
 ``/nodes/<node>``, ``/cards/<uuid>``, ``/pods``, ``/pods/<ns>/<name>``, ``/events``) and raises
-:class:`NotFound` for a node, card, pod or page the view does not hold. Lists are paged so a
-1000-node cluster never sends every card at once. Must not know HTTP or NATS.
+:class:`NotFound` for a node, card, pod or page the view does not hold (a finished pod is held
+for its retention). Lists are paged so a 1000-node cluster never sends every card at once;
+charts come from the trends cut at ``now`` (the moment looked at). Must not know HTTP or NATS.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.dashboard import insights
 from services.dashboard.cards import CardStats, SliceView, all_cards, card_stats, find_card
 from services.dashboard.errors import BadQuery, NotFound
 from services.dashboard.feed import Feed, FeedEntry, FeedFilter
-from services.dashboard.view import ClusterView, NodeState, Phase, PodState
+from services.dashboard.trends import Range, Scope, Trends, series_json
+from services.dashboard.view import CLUSTER_WIDE, ClusterView, FinishedPod, NodeState, Phase, PodState
 
 Json = dict[str, Any]
 PAGE_SIZE = 50
@@ -32,16 +35,23 @@ class PageOptions:
     """A Pending pod with no event for this long is no longer shown (deleted before it was placed)."""
     stale_heartbeats: float = 3.0
     """A node whose inventory is older than this many heartbeats is shown as stale."""
+    idle_after_s: float = 600.0
+    """A slice whose pod stayed under the idle SM threshold this long is held but idle."""
+
+
+FINISHED = "Finished"
+"""The pods page's phase filter for pods whose slices were released (kept for their retention)."""
 
 
 def page(view: ClusterView, feed: Feed | None, path: str, query: Mapping[str, str], *, now: float,
-         options: PageOptions = PageOptions()) -> Json:
+         options: PageOptions = PageOptions(), trends: Trends | None = None) -> Json:
     """The JSON of one page; NotFound/BadQuery for a path or parameter that names nothing."""
     parts = [p for p in path.split("/") if p]
     builder = _ROUTES.get((parts[0] if parts else "", len(parts)))
     if builder is None:
         raise NotFound(f"no page {path!r}")
-    body = builder(_Ctx(view=view, feed=feed, parts=parts, query=query, now=now, options=options))
+    body = builder(_Ctx(view=view, feed=feed, parts=parts, query=query, now=now, options=options,
+                        trends=trends))
     return {"path": path, **body}
 
 
@@ -61,7 +71,7 @@ def known(view: ClusterView, path: str) -> bool:
     if parts[0] == "cards" and len(parts) == 2:
         return any(d.id == parts[1] for n in view.nodes.values() for d in n.devices)
     if parts[0] == "pods" and len(parts) == 3:
-        return (parts[1], parts[2]) in view.pods
+        return (parts[1], parts[2]) in view.pods or (parts[1], parts[2]) in view.finished
     return (parts[0], len(parts)) in _ROUTES
 
 
@@ -73,6 +83,19 @@ class _Ctx:
     query: Mapping[str, str]
     now: float
     options: PageOptions
+    trends: Trends | None = None
+
+    def range(self) -> Range:
+        raw = self.query.get("range", "") or Range.HOUR.value
+        try:
+            return Range(raw)
+        except ValueError:
+            raise BadQuery(f"range {raw!r}: expected one of {', '.join(r.value for r in Range)}") from None
+
+    def chart(self, scope: Scope, key: str) -> Json | None:
+        if self.trends is None:
+            return None
+        return series_json(self.trends.series(scope, key, self.range(), self.now))
 
     def offset(self) -> int:
         raw = self.query.get("page", "0") or "0"
@@ -82,6 +105,9 @@ class _Ctx:
 
     def shown(self, pod: PodState) -> bool:
         return pod.phase != Phase.PENDING or self.now - pod.updated_at <= self.options.pending_forget_s
+
+    def kept(self, pod: FinishedPod) -> bool:
+        return self.now - pod.ended_at <= self.view.finished_retention_s
 
     def stale(self, node: NodeState) -> bool:
         return self.now - node.seen_at > node.heartbeat_s * self.options.stale_heartbeats
@@ -93,13 +119,19 @@ def _overview(c: _Ctx) -> Json:
     for pod in c.view.pods.values():
         if c.shown(pod):
             phases[pod.phase.value] += 1
-    return {"page": "overview",
+    totals = insights.node_totals(c.view, cards)
+    return {"page": "overview", "range": c.range().value, "chart": c.chart(Scope.CLUSTER, CLUSTER_WIDE),
+            "finished": sum(1 for f in c.view.finished.values() if c.kept(f)),
+            "top_nodes": insights.top_nodes(totals), "top_used": insights.top_cards_used(c.view, cards),
+            "types": insights.types(cards), "fragmentation": insights.fragmentation(cards),
+            "idle": insights.idle(c.view, now=c.now, after_s=c.options.idle_after_s),
             "nodes": len(c.view.nodes), "stale_nodes": sum(c.stale(n) for n in c.view.nodes.values()),
             "cards": len(cards), "unhealthy_cards": sum(not s.healthy for s in cards),
             "memory": {"total": sum(s.device.devmem for s in cards),
                        "allocated": sum(s.mem_alloc for s in cards), "used": sum(s.used_mib for s in cards)},
             "cores": {"total": sum(s.device.devcore for s in cards),
-                      "allocated": sum(s.cores_alloc for s in cards)},
+                      "allocated": sum(s.cores_alloc for s in cards),
+                      "used": round(sum(t.cores_used for t in totals.values()), 1)},
             "slices": {"total": sum(s.device.count for s in cards),
                        "allocated": sum(s.count for s in cards)},
             "pods": phases,
@@ -121,14 +153,18 @@ def _node_page(c: _Ctx) -> Json:
     node = c.view.nodes.get(c.parts[1])
     if node is None:
         raise NotFound(f"no node {c.parts[1]!r}")
-    return {"page": "node", "node": _node(c, node)}
+    totals = insights.node_totals(c.view, (card_stats(c.view, node, d) for d in node.devices))
+    return {"page": "node", "node": _node(c, node), "range": c.range().value,
+            "totals": totals.get(node.name, insights.NodeTotals(name=node.name)).json(),
+            "chart": c.chart(Scope.NODE, node.name)}
 
 
 def _card_page(c: _Ctx) -> Json:
     stats = find_card(c.view, c.parts[1])
     if stats is None:
         raise NotFound(f"no card {c.parts[1]!r}")
-    return {"page": "card", "card": _card(stats),
+    return {"page": "card", "card": {**_card(stats), "cores_used": round(100 * c.view.card_util.get(
+        stats.device.id, 0.0), 1)}, "chart": c.chart(Scope.CARD, stats.device.id),
             "history": [{"ts": e.ts, "kind": e.kind, "text": e.text}
                         for e in reversed(c.view.history.get(stats.device.id, ()))],
             "series": [{"ts": p.ts, "used": p.used_mib} for p in c.view.series.get(stats.device.id, ())]}
@@ -136,27 +172,47 @@ def _card_page(c: _Ctx) -> Json:
 
 def _pods(c: _Ctx) -> Json:
     needle, phase = c.query.get("q", ""), c.query.get("phase", "")
-    if phase and phase not in {p.value for p in Phase}:
-        raise BadQuery(f"phase {phase!r}: expected one of {', '.join(p.value for p in Phase)}")
-    pods = sorted((p for p in c.view.pods.values() if c.shown(p) and needle in f"{p.namespace}/{p.name}"
-                   and (not phase or p.phase.value == phase)), key=lambda p: p.key)
+    phases = [p.value for p in Phase] + [FINISHED]
+    if phase and phase not in phases:
+        raise BadQuery(f"phase {phase!r}: expected one of {', '.join(phases)}")
     offset = c.offset()
-    return {"page": "pods", "total": len(pods), "offset": offset, "page_size": PAGE_SIZE, "q": needle,
-            "phase": phase, "pods": [_pod(c, p) for p in pods[offset:offset + PAGE_SIZE]]}
+    if phase == FINISHED:
+        kept = (f for f in c.view.finished.values() if c.kept(f) and needle in f"{f.namespace}/{f.name}")
+        done = sorted(kept, key=lambda f: (-f.ended_at, f.key))
+        rows = [_finished(f) for f in done[offset:offset + PAGE_SIZE]]
+        total = len(done)
+    else:
+        pods = sorted((p for p in c.view.pods.values() if c.shown(p) and needle in f"{p.namespace}/{p.name}"
+                       and (not phase or p.phase.value == phase)), key=lambda p: p.key)
+        rows = [_pod(c, p) for p in pods[offset:offset + PAGE_SIZE]]
+        total = len(pods)
+    return {"page": "pods", "total": total, "offset": offset, "page_size": PAGE_SIZE, "q": needle,
+            "phase": phase, "phases": phases, "pods": rows}
 
 
 def _pod_page(c: _Ctx) -> Json:
-    pod = c.view.pods.get((c.parts[1], c.parts[2]))
-    if pod is None:
+    key = (c.parts[1], c.parts[2])
+    pod = c.view.pods.get(key)
+    if pod is not None:
+        body = _pod(c, pod)
+        if pod.phase is Phase.PENDING:
+            body["waiting"] = insights.waiting(pod, c.view, c.now)
+        return {"page": "pod", "pod": body}
+    done = c.view.finished.get(key)
+    if done is None or not c.kept(done):
         raise NotFound(f"no GPU pod {c.parts[1]}/{c.parts[2]}")
-    return {"page": "pod", "pod": _pod(c, pod)}
+    return {"page": "pod", "pod": _finished(done)}
 
 
 def _events(c: _Ctx) -> Json:
     q = c.query
-    selector = FeedFilter(node=q.get("node", ""), pod=q.get("pod", ""), kind=q.get("kind", ""))
+    selector = FeedFilter(node=q.get("node", ""), pod=q.get("pod", ""), kind=q.get("kind", ""),
+                          card=q.get("card", ""), subject=q.get("subject", ""),
+                          heartbeats=q.get("heartbeats", "") in ("1", "on", "true"))
     entries = c.feed.newest(selector, FEED_LIMIT) if c.feed is not None else []
-    return {"page": "events", "filter": {"node": selector.node, "pod": selector.pod, "kind": selector.kind},
+    return {"page": "events", "filter": {"node": selector.node, "pod": selector.pod, "kind": selector.kind,
+                                         "card": selector.card, "subject": selector.subject,
+                                         "heartbeats": selector.heartbeats},
             "entries": [_entry(e) for e in entries]}
 
 
@@ -187,22 +243,42 @@ def _slice(x: SliceView) -> Json:
 def _pod(c: _Ctx, p: PodState) -> Json:
     a = p.allocation
     used = c.view.usage.get(p.uid, {})
-    cards = [] if a is None else [
+    cards: list[Json] = [] if a is None else [
         {"uuid": d.uuid, "container": name, "mem": d.usedmem, "cores": d.usedcores,
          "used": used.get((name, d.uuid), 0) >> 20}
         for name, slot in zip(a.containers, a.devices, strict=False) for d in slot]
-    limits = [None if r is None else {"gpus": r.nums, "mem": r.memreq, "mem_percent": r.mempercentagereq,
-                                      "cores": r.coresreq} for r in p.requests]
+    util = c.view.util.get(p.uid, {})
+    for card in cards:
+        card["sm"] = round(100 * util.get((card["container"], card["uuid"]), 0.0), 1)
     return {"namespace": p.namespace, "name": p.name, "uid": p.uid, "phase": p.phase.value,
-            "node": a.node if a is not None else "", "cards": cards, "limits": limits,
+            "node": a.node if a is not None else "", "cards": cards, "limits": _limits(p.requests),
             "reasons": [{"node": n, "reason": r} for n, r in sorted(p.reasons.items())],
             "reasons_at": p.reasons_at, "failure": p.failure, "updated_at": p.updated_at,
-            "over_limit_at": c.view.over_limit.get(p.uid, 0.0)}
+            "created_at": p.created_at, "over_limit_at": c.view.over_limit.get(p.uid, 0.0)}
+
+
+def _limits(requests: tuple[Any, ...]) -> list[Json | None]:
+    return [None if r is None else {"gpus": r.nums, "mem": r.memreq, "mem_percent": r.mempercentagereq,
+                                    "cores": r.coresreq} for r in requests]
+
+
+def _finished(f: FinishedPod) -> Json:
+    """A finished pod: what it was given, where, the most it used, how long it ran, why it ended."""
+    a = f.allocation
+    cards = [{"uuid": d.uuid, "container": name, "mem": d.usedmem, "cores": d.usedcores,
+              "used": f.peak.get((name, d.uuid), (0, 0.0))[0] >> 20,
+              "sm": round(100 * f.peak.get((name, d.uuid), (0, 0.0))[1], 1)}
+             for name, slot in zip(a.containers, a.devices, strict=False) for d in slot]
+    return {"namespace": f.namespace, "name": f.name, "uid": f.uid, "phase": FINISHED, "node": a.node,
+            "cards": cards, "limits": _limits(f.requests), "reasons": [], "reasons_at": 0.0, "failure": "",
+            "created_at": f.created_at, "placed_at": f.placed_at, "ended_at": f.ended_at,
+            "ran_s": round(max(0.0, f.ended_at - f.placed_at), 1), "why": f.why, "updated_at": f.ended_at,
+            "over_limit_at": 0.0}
 
 
 def _entry(e: FeedEntry) -> Json:
     return {"seq": e.seq, "ts": e.ts, "kind": e.kind, "node": e.node, "pods": list(e.pods), "line": e.line,
-            "undecodable": e.undecodable}
+            "subject": e.subject, "undecodable": e.undecodable}
 
 
 _ROUTES = {("", 0): _overview, ("nodes", 1): _nodes, ("nodes", 2): _node_page, ("cards", 2): _card_page,

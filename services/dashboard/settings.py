@@ -17,8 +17,9 @@ ENV_PREFIX = "GPUBUS_DASHBOARD_"
 class DashboardSettings:
     """Everything ``gpubus dashboard`` can be told."""
 
-    bind: str = "0.0.0.0"
-    """Address to listen on."""
+    bind: str = "127.0.0.1"
+    """Address to listen on: loopback unless told otherwise (the pages have no login of their own;
+    in the chart a token check or a proxy stands in front, see docs/security.md)."""
     port: int = 8080
     """HTTP port of the pages, ``/api``, ``/healthz``, ``/readyz`` and ``/metrics``; 0 picks a free one."""
     history_s: float = 900.0
@@ -39,15 +40,23 @@ class DashboardSettings:
     """A Pending pod with no event for this long is no longer shown (deleted before it was placed)."""
     max_streams: int = 500
     """Browsers that may follow live pages at once; more get HTTP 503."""
+    finished_retention_s: float = 86_400.0
+    """A finished pod (its slices released) stays viewable this long after it ended, seconds (stream time)."""
+    trend_step_s: float = 10.0
+    """The charts' finest step, seconds of stream time: the cluster's last hour at this step (nodes and
+    cards at a minute, day and week ranges at 5 and 30 minutes, or this step where coarser)."""
+    idle_after_s: float = 600.0
+    """A slice whose pod's SM utilisation stayed under 5% this long is listed as held but idle, seconds."""
     log_level: str = "info"
     log_json: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("push_interval_s", "checkpoint_interval_s", "replay_timeout_s"):
+        for name in ("push_interval_s", "checkpoint_interval_s", "replay_timeout_s", "trend_step_s"):
             if not getattr(self, name) > 0:
                 raise SettingsError(f"{name} must be more than 0")
         for name in ("feed_size", "checkpoints", "replay_cache", "max_streams"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
-        if self.history_s < 0 or self.pending_forget_s < 0:
-            raise SettingsError("history_s and pending_forget_s must not be negative")
+        for name in ("history_s", "pending_forget_s", "finished_retention_s", "idle_after_s"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} must not be negative")

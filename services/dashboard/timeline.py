@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.dashboard.feed import Feed, entry_for, undecodable_entry
+from services.dashboard.trends import Trends
 from services.dashboard.view import ClusterView
 from shared.codec import decode
 from shared.errors import EventDecodeError, clip
@@ -47,16 +48,19 @@ def absorb(view: ClusterView, raw: Raw, feed: Feed | None = None) -> bool:
         return False
     view.apply(event, raw.seq, raw.at)
     if feed is not None:
-        feed.add(entry_for(event, raw.seq))
+        feed.add(entry_for(event, raw.seq, raw.subject))
     return True
 
 
 class Timeline:
     """The live view and what time travel starts from."""
 
-    def __init__(self, *, feed_size: int, checkpoint_interval_s: float, checkpoints: int) -> None:
-        self.view = ClusterView()
+    def __init__(self, *, feed_size: int, checkpoint_interval_s: float, checkpoints: int,
+                 trend_step_s: float = 10.0, finished_retention_s: float = 86_400.0) -> None:
+        self.view = ClusterView(finished_retention_s=finished_retention_s)
         self.feed = Feed(feed_size)
+        self.trends = Trends(trend_step_s)
+        """Sampled only once caught up: before, the view mixes the buckets' present with the past."""
         self.interval_s = checkpoint_interval_s
         self._checkpoints: deque[ClusterView] = deque(maxlen=max(1, checkpoints))
         self.caught_up = False
@@ -78,6 +82,8 @@ class Timeline:
         """Fold a live message; ``pending`` is how many more the consumer's backlog holds."""
         if raw.seq <= self.view.seq:
             return  # a consumer re-created after a reconnect hands over what it already had
+        if self.caught_up:
+            self.trends.advance(self.view, raw.at)
         absorb(self.view, raw, self.feed)
         self.version += 1
         if not self.caught_up:

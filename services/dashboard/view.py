@@ -36,9 +36,22 @@ from shared.model import Allocation, AllocationState, ContainerRequest, DeviceIn
 CARD_HISTORY = 40
 #: Memory-used points kept per card (one per usage sample that names it).
 CARD_SERIES = 60
+#: Admissions kept while waiting for the pod they admitted to show up with a UID.
+ADMISSIONS_KEPT = 4096
+#: Finished pods kept at most, whatever the retention (a bound on memory).
+FINISHED_KEPT = 50_000
+#: Cluster events kept that may unblock a pending pod (releases, recoveries, new cards).
+UNBLOCKING_KEPT = 200
+#: A container's SM utilisation below this share of its card counts as idle.
+IDLE_UTIL = 0.05
+
+CLUSTER_WIDE = "cluster"
+"""The trends' key for the whole cluster."""
 
 PodKey = tuple[str, str]
-"""(namespace, name): pods are known by name before the scheduler gives them a UID in an event."""
+"""(namespace, name): unique among live pods; the UID tells two pods of one name apart."""
+SliceKey = tuple[str, str]
+"""(container, card UUID): one container's slice of one card."""
 
 
 class Phase(StrEnum):
@@ -67,10 +80,23 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """What the webhook admitted under a name: not a pod yet (a ``generateName`` prefix, or a
+    create the API server may still refuse), only the requests a pod of that name will carry."""
+
+    requests: tuple[ContainerRequest | None, ...]
+    ts: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PodState:
+    """A pod as the API server and the ledger know it: it has a name and a UID."""
+
     namespace: str
     name: str
-    uid: str = ""
+    uid: str
+    created_at: float = 0.0
+    """When it was first known: its admission under this name, else its first scheduler event."""
     phase: Phase = Phase.PENDING
     allocation: Allocation | None = None
     requests: tuple[ContainerRequest | None, ...] = ()
@@ -84,6 +110,37 @@ class PodState:
     @property
     def key(self) -> PodKey:
         return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedPod:
+    """A pod whose slices were released: what it was given, where, what it used, how long it ran."""
+
+    namespace: str
+    name: str
+    uid: str
+    allocation: Allocation
+    requests: tuple[ContainerRequest | None, ...]
+    created_at: float
+    placed_at: float
+    ended_at: float
+    why: str
+    peak: Mapping[SliceKey, tuple[int, float]]
+    """Per slice: the most bytes and the highest SM utilisation (0..1) any usage sample showed."""
+
+    @property
+    def key(self) -> PodKey:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unblocking:
+    """A cluster event that may let a pending pod fit: capacity freed, a card recovered or added."""
+
+    ts: float
+    kind: str
+    node: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,8 +174,23 @@ class ClusterView:
     """Card UUID -> bytes its pods use, by their newest usage samples."""
     health: dict[str, tuple[bool, str]] = field(default_factory=dict)
     """Card UUID -> (healthy, reason) from ``device.health``, newer than the inventory's flag."""
-    usage: dict[str, Mapping[tuple[str, str], int]] = field(default_factory=dict)
+    usage: dict[str, Mapping[SliceKey, int]] = field(default_factory=dict)
     """Pod UID -> {(container, card UUID): bytes used} from the newest ``usage.sample``."""
+    util: dict[str, Mapping[SliceKey, float]] = field(default_factory=dict)
+    """Pod UID -> {(container, card UUID): SM utilisation 0..1} from the newest ``usage.sample``."""
+    peak: dict[str, Mapping[SliceKey, tuple[int, float]]] = field(default_factory=dict)
+    """Pod UID -> the most bytes and SM utilisation each slice has shown (kept for its history)."""
+    card_util: dict[str, float] = field(default_factory=dict)
+    """Card UUID -> SM utilisation 0..1 of the whole card (host sample, else its containers' sum)."""
+    idle_since: dict[str, float] = field(default_factory=dict)
+    """Pod UID -> ``ts`` of the first sample of its current run of samples under ``IDLE_UTIL``."""
+    placed_at: dict[str, float] = field(default_factory=dict)
+    """Pod UID -> ``ts`` of its first placement (how long a finished pod ran)."""
+    admissions: dict[PodKey, Admission] = field(default_factory=dict)
+    finished: dict[PodKey, FinishedPod] = field(default_factory=dict)
+    """Released pods, oldest release first, for ``finished_retention_s`` of stream time."""
+    finished_retention_s: float = 86_400.0
+    unblocking: tuple[Unblocking, ...] = ()
     over_limit: dict[str, float] = field(default_factory=dict)
     """Pod UID -> ``ts`` of its newest ``usage.over_limit``."""
     history: dict[str, tuple[CardEvent, ...]] = field(default_factory=dict)
@@ -132,11 +204,7 @@ class ClusterView:
 
     def copy(self) -> ClusterView:
         """A checkpoint: later folds into either leave the other as it was."""
-        return ClusterView(nodes=dict(self.nodes), pods=dict(self.pods), by_uid=dict(self.by_uid),
-                           on_card=dict(self.on_card), given=dict(self.given), used=dict(self.used),
-                           health=dict(self.health), usage=dict(self.usage), over_limit=dict(self.over_limit),
-                           history=dict(self.history), series=dict(self.series), seq=self.seq, at=self.at,
-                           applied=self.applied, undecodable=self.undecodable)
+        return ClusterView(**{f.name: _copied(getattr(self, f.name)) for f in dataclasses.fields(self)})
 
     # -- seeding ------------------------------------------------------------------------------
     def seed(self, inventories: Iterable[Inventory], allocations: Iterable[Allocation], at: float) -> None:
@@ -176,36 +244,49 @@ class ClusterView:
         if old is None or {d.id for d in old.devices} != {d.id for d in e.devices}:
             text = f"{len(e.devices)} cards, generation {e.generation}"
             self._note_node(e.node, e.ts, e.KIND, text)
+            self._unblock(e.ts, e.KIND, e.node, f"{e.node}: {text}")
 
     def _health(self, e: DeviceHealth) -> None:
         self.health[e.uuid] = (e.healthy, e.reason)
         text = ("healthy" if e.healthy else "UNHEALTHY") + (f": {e.reason}" if e.reason else "")
         self._note(e.uuid, e.ts, e.KIND, text)
+        if e.healthy:
+            self._unblock(e.ts, e.KIND, e.node, f"{e.uuid} {text}")
 
     def _admitted(self, e: PodAdmitted) -> None:
-        old = self.pods.get((e.namespace, e.name))
-        if old is not None and old.allocation is not None and (not e.uid or old.uid == e.uid):
-            return  # an admission replayed after the placement it led to
-        self._forget_key((e.namespace, e.name))
-        self.pods[(e.namespace, e.name)] = PodState(namespace=e.namespace, name=e.name, uid=e.uid,
-                                                    requests=e.requests, updated_at=e.ts)
-        if e.uid:
-            self.by_uid[e.uid] = (e.namespace, e.name)
+        """Only remembered: a pod exists once the API server gave it a UID (a ``generateName``
+        prefix is no pod, and the API server may still refuse the create)."""
+        key = (e.namespace, e.name)
+        self.admissions.pop(key, None)
+        self.admissions[key] = Admission(requests=e.requests, ts=e.ts)
+        while len(self.admissions) > ADMISSIONS_KEPT:
+            del self.admissions[next(iter(self.admissions))]
 
     def _rejected(self, e: PodRejected) -> None:
-        old = self.pods.get((e.namespace, e.name))
-        if old is not None and old.allocation is None:
-            self._forget_key(old.key)
+        self.admissions.pop((e.namespace, e.name), None)
 
     def _unschedulable(self, e: PodUnschedulable) -> None:
+        if not e.uid:
+            return  # no pod without a UID
         key = (e.namespace, e.name)
-        old = self.pods.get(key) or PodState(namespace=e.namespace, name=e.name)
-        if old.allocation is not None and old.uid == e.uid:
+        old = self.pods.get(key)
+        if old is not None and old.uid != e.uid:
+            self._forget_key(key)  # a new pod of the same name
+            old = None
+        if old is not None and old.allocation is not None:
             return  # an older verdict than the placement already folded in
-        self.pods[key] = dataclasses.replace(old, uid=e.uid or old.uid, phase=Phase.PENDING, allocation=None,
-                                             reasons=dict(e.reasons), reasons_at=e.ts, updated_at=e.ts)
-        if e.uid:
-            self.by_uid[e.uid] = key
+        base = old or self._new_pod(e.namespace, e.name, e.uid, e.ts)
+        self.pods[key] = dataclasses.replace(base, phase=Phase.PENDING, reasons=dict(e.reasons),
+                                             reasons_at=e.ts, updated_at=e.ts)
+        self.by_uid[e.uid] = key
+
+    def _new_pod(self, namespace: str, name: str, uid: str, ts: float) -> PodState:
+        """A pod first seen with its UID, with the requests of its admission under its name."""
+        admission = self.admissions.pop((namespace, name), None)
+        if admission is None:
+            return PodState(namespace=namespace, name=name, uid=uid, created_at=ts)
+        return PodState(namespace=namespace, name=name, uid=uid, requests=admission.requests,
+                        created_at=min(admission.ts, ts))
 
     def _decided(self, e: AllocationDecided) -> None:
         a = e.allocation
@@ -216,15 +297,17 @@ class ClusterView:
     def _place(self, a: Allocation, ts: float, phase: Phase) -> None:
         key = (a.namespace, a.name)
         old = self.pods.get(key)
-        if old is not None and old.uid and old.uid != a.pod_uid:
+        if old is not None and old.uid != a.pod_uid:
             self._forget_key(key)  # a new pod of the same name
             old = None
-        base = old or PodState(namespace=a.namespace, name=a.name)
+        base = old or self._new_pod(a.namespace, a.name, a.pod_uid, ts)
         if base.allocation is not None:
             self._unindex(base.uid, base.allocation)
-        self.pods[key] = dataclasses.replace(base, uid=a.pod_uid, phase=phase, allocation=a, reasons={},
-                                             failure="", updated_at=ts)
+        self.pods[key] = dataclasses.replace(base, phase=phase, allocation=a, reasons={}, failure="",
+                                             updated_at=ts)
         self.by_uid[a.pod_uid] = key
+        self.placed_at.setdefault(a.pod_uid, ts)
+        self.finished.pop(key, None)  # the live pod of that name is the one its page shows
         for uuid in {u for u, _, _ in _cards_of(a)}:
             self.on_card[uuid] = self.on_card.get(uuid, frozenset()) | {a.pod_uid}
         self._give(a, 1)
@@ -242,27 +325,65 @@ class ClusterView:
 
     def _released(self, e: AllocationReleased) -> None:
         pod = self._pod(e.pod_uid, e.namespace, e.name)
-        if pod is None or (pod.uid and pod.uid != e.pod_uid):
+        if pod is None or pod.uid != e.pod_uid:
             return
         if pod.allocation is not None:
             for uuid, mem, cores in _cards_of(pod.allocation):
                 text = f"{pod.namespace}/{pod.name} {mem} MiB {cores}% freed ({e.why})"
                 self._note(uuid, e.ts, e.KIND, text)
+            freed = sum(m for _, m, _ in _cards_of(pod.allocation))
+            self._unblock(e.ts, e.KIND, pod.allocation.node, f"{pod.namespace}/{pod.name} freed {freed} MiB "
+                          f"on {pod.allocation.node} ({e.why})")
+            self._finish(pod, pod.allocation, e)
         self._forget_key(pod.key)
 
+    def _finish(self, pod: PodState, a: Allocation, e: AllocationReleased) -> None:
+        self.finished.pop(pod.key, None)
+        self.finished[pod.key] = FinishedPod(
+            namespace=pod.namespace, name=pod.name, uid=pod.uid, allocation=a, requests=pod.requests,
+            created_at=pod.created_at, placed_at=self.placed_at.get(pod.uid, pod.updated_at), ended_at=e.ts,
+            why=e.why, peak=self.peak.get(pod.uid, {}))
+        horizon = e.ts - self.finished_retention_s
+        while self.finished:
+            oldest = next(iter(self.finished.values()))
+            if oldest.ended_at >= horizon and len(self.finished) <= FINISHED_KEPT:
+                break
+            del self.finished[oldest.key]
+
     def _usage(self, e: Usage) -> None:
-        per_pod: dict[str, dict[tuple[str, str], int]] = {}
+        per_pod: dict[str, dict[SliceKey, int]] = {}
+        per_pod_util: dict[str, dict[SliceKey, float]] = {}
+        card_util: dict[str, float] = {}
         for c in e.containers:
             slot = per_pod.setdefault(c.pod_uid, {})
+            util = per_pod_util.setdefault(c.pod_uid, {})
             for d in c.devices:
                 slot[(c.container, d.uuid)] = d.used_bytes
+                util[(c.container, d.uuid)] = d.utilization
+                card_util[d.uuid] = card_util.get(d.uuid, 0.0) + d.utilization
+        for h in e.host:  # the card as a whole, where the monitor saw it
+            card_util[h.uuid] = h.utilization
         for uid, used in per_pod.items():
             if uid in self.by_uid:  # usage of a pod already released is history, not a slice
-                self.usage[uid] = used
+                self._sample(uid, used, per_pod_util[uid], e.ts)
         node = self.nodes.get(e.node)
         if node is not None:
             for card in node.devices:
+                self.card_util[card.id] = min(1.0, card_util.get(card.id, 0.0))
                 self._point(card.id, e.ts)
+
+    def _sample(self, uid: str, used: dict[SliceKey, int], util: dict[SliceKey, float], ts: float) -> None:
+        self.usage[uid] = used
+        self.util[uid] = util
+        peak = dict(self.peak.get(uid, {}))
+        for k, b in used.items():
+            top_b, top_u = peak.get(k, (0, 0.0))
+            peak[k] = (max(top_b, b), max(top_u, util.get(k, 0.0)))
+        self.peak[uid] = peak
+        if max(util.values(), default=0.0) < IDLE_UTIL:
+            self.idle_since.setdefault(uid, ts)
+        else:
+            self.idle_since.pop(uid, None)
 
     def _over_limit(self, e: UsageOverLimit) -> None:
         if e.pod_uid in self.by_uid:
@@ -279,13 +400,17 @@ class ClusterView:
         pod = self.pods.pop(key, None)
         if pod is not None and pod.allocation is not None:
             self._unindex(pod.uid, pod.allocation)
-        if pod is not None and pod.uid:
+        if pod is not None:
             self.by_uid.pop(pod.uid, None)
-            self.usage.pop(pod.uid, None)
+            for per_pod in (self.usage, self.util, self.peak, self.idle_since, self.placed_at):
+                per_pod.pop(pod.uid, None)
             self.over_limit.pop(pod.uid, None)
             if pod.allocation is not None:
-                for uuid in {u for u, _, _ in _cards_of(pod.allocation)} & self.used.keys():
+                cards = {u for u, _, _ in _cards_of(pod.allocation)}
+                for uuid in cards & self.used.keys():
                     self.used[uuid] = used_bytes_on(self, uuid)
+                for uuid in cards & self.card_util.keys():  # what is left of it until the next sample
+                    self.card_util[uuid] = min(1.0, _util_on(self, uuid))
 
     def _unindex(self, uid: str, a: Allocation) -> None:
         self._give(a, -1)
@@ -307,6 +432,10 @@ class ClusterView:
         self.history[uuid] = (*self.history.get(uuid, ())[-(CARD_HISTORY - 1):], CardEvent(ts=ts, kind=kind,
                                                                                            text=text))
 
+    def _unblock(self, ts: float, kind: str, node: str, text: str) -> None:
+        entry = Unblocking(ts=ts, kind=kind, node=node, text=text)
+        self.unblocking = (*self.unblocking[-(UNBLOCKING_KEPT - 1):], entry)
+
     def _note_node(self, node: str, ts: float, kind: str, text: str) -> None:
         for d in self.nodes[node].devices:
             self._note(d.id, ts, kind, text)
@@ -319,6 +448,11 @@ class ClusterView:
         self.series[uuid] = (*self.series.get(uuid, ())[-(CARD_SERIES - 1):], point)
 
 
+def _copied(value: Any) -> Any:
+    """A field of a checkpoint: dicts copied (their values are frozen), everything else shared."""
+    return dict(value) if isinstance(value, dict) else value
+
+
 def used_bytes_on(view: ClusterView, uuid: str) -> int:
     """Bytes the pods placed on card ``uuid`` use on it, by their newest usage samples."""
     total = 0
@@ -327,6 +461,11 @@ def used_bytes_on(view: ClusterView, uuid: str) -> int:
             if card == uuid:
                 total += used
     return total
+
+
+def _util_on(view: ClusterView, uuid: str) -> float:
+    return sum(u for uid in view.on_card.get(uuid, ()) for (_, card), u in view.util.get(uid, {}).items()
+               if card == uuid)
 
 
 def pods_on(view: ClusterView, uuid: str) -> list[PodState]:

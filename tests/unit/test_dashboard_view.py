@@ -128,20 +128,20 @@ def test_undecodable_messages_are_counted_and_shown_never_raised() -> None:
     body = msgpack.packb({"kind": "allocation.decided", "v": 99})
     assert not absorb(view, Raw(seq=3, at=6.0, subject="gpubus.allocation.decided.n1", data=body), feed)
     assert view.undecodable == 2 and view.seq == 3 and view.applied == 1
-    entries = feed.newest(FeedFilter(), 10)
+    entries = feed.newest(FeedFilter(heartbeats=True), 10)
     assert [e.undecodable for e in entries] == [True, True, False]
     assert entries[0].node == "n1" and "UNDECODABLE gpubus.allocation.decided.n1" in entries[0].line
     assert status(view)["undecodable"] == 2 and status(view)["seq"] == 3
 
 
 def test_overview_counts_and_the_busiest_and_most_fragmented_cards() -> None:
-    view = folded(inventory("n1", 3, devmem=10000), admitted("w"),
-                  decided("a", "n1", 0, mem=9000, cores=50), applied("a", "n1"),
+    view = folded(inventory("n1", 3, devmem=10000), admitted("w"), unschedulable("w", {"n1": "full"}),
+                  admitted("shared-memory-"), decided("a", "n1", 0, mem=9000, cores=50), applied("a", "n1"),
                   decided("b", "n1", 1, mem=2000, cores=100))
     body = page(view, None, "/", {}, now=1010.0)
     assert body["nodes"] == 1 and body["cards"] == 3
     assert body["memory"] == {"total": 30000, "allocated": 11000, "used": 0}
-    assert body["cores"] == {"total": 300, "allocated": 150}
+    assert body["cores"] == {"total": 300, "allocated": 150, "used": 0.0}
     assert body["slices"] == {"total": 30, "allocated": 2}
     assert body["pods"]["Running"] == 1 and body["pods"]["Starting"] == 1 and body["pods"]["Pending"] == 1
     assert [r["uuid"] for r in body["busiest"]] == [card_id("n1", 1), card_id("n1", 0)]
@@ -204,14 +204,19 @@ def test_slices_carry_pod_memory_cores_and_use() -> None:
     assert (card["mem_alloc"], card["cores_alloc"], card["used"], card["numa"]) == (4000, 30, 1234, 0)
 
 
-def test_feed_filters_by_node_pod_and_kind() -> None:
+def test_feed_filters_by_node_pod_card_subject_and_kind_and_hides_heartbeats() -> None:
     feed, view = Feed(100), ClusterView()
-    for seq, event in enumerate([inventory("n1"), inventory("n2"), decided("a", "n1"), decided("b", "n2"),
-                                 released("a", "n1")], start=1):
+    for seq, event in enumerate([inventory("n1"), inventory("n2"), decided("a", "n1"), decided("b", "n2", 1),
+                                 released("a", "n1"), usage("n2", "b", 100, card=1)], start=1):
         absorb(view, raw(event, seq), feed)
-    assert [e.seq for e in feed.newest(FeedFilter(node="n1"), 10)] == [5, 3, 1]
+    assert [e.seq for e in feed.newest(FeedFilter(node="n1"), 10)] == [5, 3]
+    assert [e.seq for e in feed.newest(FeedFilter(node="n1", heartbeats=True), 10)] == [5, 3, 1]
     assert [e.seq for e in feed.newest(FeedFilter(pod="default/a"), 10)] == [5, 3]
     assert [e.seq for e in feed.newest(FeedFilter(kind="allocation.decided"), 10)] == [4, 3]
+    assert [e.seq for e in feed.newest(FeedFilter(card=card_id("n2", 1)), 10)] == [4]
+    assert [e.seq for e in feed.newest(FeedFilter(card=card_id("n2", 1), heartbeats=True), 10)] == [6, 4, 2]
+    assert [e.seq for e in feed.newest(FeedFilter(subject="allocation.released"), 10)] == [5]
+    assert [e.seq for e in feed.newest(FeedFilter(heartbeats=True), 10)] == [6, 5, 4, 3, 2, 1]
     assert len(feed.newest(FeedFilter(), 2)) == 2
 
 

@@ -30,7 +30,7 @@ Opt = typer.Option
 
 
 def dashboard(  # noqa: PLR0917 - typer maps parameters to the command line
-    bind: Annotated[str | None, Opt(help="Listen address (default 127.0.0.1; the pages have no login of their own).")] = None,
+    bind: Annotated[str | None, Opt(help="Listen address (default 127.0.0.1: no login).")] = None,
     port: Annotated[int | None, Opt(help="HTTP port (default 8080; 0 = any free port).")] = None,
     history_s: Annotated[
         float | None, Opt("--history", help="Seconds of events replayed into the view and feed at start.")

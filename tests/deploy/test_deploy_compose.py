@@ -34,7 +34,9 @@ CONTAINER_LOCAL_FLAGS = {"--ready-file", "--pod-log-dir"}
 NETWORK_FLAGS = {"--host", "--bind", "--metrics-bind", "--webhook-url", "--extender-url"}
 #: The services of the product itself run the production image; the simulator's parts the sim target.
 PRODUCTION_SERVICES = {"webhook", "scheduler", "dashboard"}
-PORT = re.compile(r"\$\{(?P<variable>\w+):-(?P<default>\d+)\}:(?P<container>\d+)")
+#: Every published port is on the host's loopback only: the sim API server, the extender and the
+#: dashboard have no login of their own (docs/security.md).
+PORT = re.compile(r"127\.0\.0\.1:\$\{(?P<variable>\w+):-(?P<default>\d+)\}:(?P<container>\d+)")
 
 
 def _compose() -> dict[str, Any]:
@@ -176,7 +178,7 @@ def test_no_service_shares_another_s_network_namespace() -> None:
 
 def test_host_ports_are_unique_and_each_can_be_moved() -> None:
     ports = [PORT.fullmatch(p) for s in _services().values() for p in s.get("ports", [])]
-    assert all(ports), "each host port is ${VARIABLE:-default}:container"
+    assert all(ports), "each host port is 127.0.0.1:${VARIABLE:-default}:container"
     for group in ("variable", "default"):
         values = [m.group(group) for m in ports if m]
         assert len(values) == len(set(values)), group

@@ -15,7 +15,9 @@ memory, cores, exclusive, compute units, MIG); the scan goes from the end of the
 A card in ``mig`` mode gives each card of a container a MIG profile and placement
 (:mod:`services.scheduler.mig`; ``CardMigTopologyInfeasible`` when none is free) and is examined
 again after a pick, so one container may hold several instances of it (HAMi ``device.go``); a MIG
-request skips the "more cards than the node has" check (HAMi ``score.go`` ``isMIGRequest``).
+request skips the "more cards than the node has" check (HAMi ``score.go`` ``isMIGRequest``). A
+container never mixes MIG instances and shared cards (the node-agent refuses that, by the same
+rule: :mod:`shared.allocation_rules`): on a node with both, the scan runs per kind.
 
 Pods with a single GPU container and no filters take the exact shortcut of
 :mod:`services.scheduler.fastpath` over precomputed per-node free capacity; results are memoised per
@@ -27,11 +29,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from services.scheduler.fastpath import MEMO_LIMIT, ShapeKey, remember, shape_key, simple_fit, simple_reasons
-from services.scheduler.mig import select_candidate
+from services.scheduler.mig import kind_groups, pick_instance
 from services.scheduler.nodestate import NodeState, apply, release
 from services.scheduler.reasons import Reason, gen_reason
 from services.scheduler.score import (
@@ -46,6 +48,7 @@ from services.scheduler.score import (
     policy_chain,
 )
 from shared import annotations as ann
+from shared.allocation_rules import CardKind, card_kind
 from shared.model import (
     NVIDIA,
     PERCENT_UNSET,
@@ -54,7 +57,6 @@ from shared.model import (
     DeviceInfo,
     DeviceMode,
     MigPlacement,
-    MigSlice,
     NodeName,
     PodDevices,
     PodRequest,
@@ -255,30 +257,11 @@ def _post_quota(d: DeviceInfo, row: list[int], memreq: int, coresreq: int) -> st
     return None
 
 
-def _mig_pick(
-    d: DeviceInfo, held: list[MigPlacement], picks: list[ContainerDevice], took: ContainerDevice
-) -> ContainerDevice | None:
-    """Check 15 (HAMi ``CustomFilterRule`` + ``AddResourceUsage``): the card's smallest profile with
-    the memory and a placement free of the card's instances and this container's earlier picks on it.
-    The card then books the profile's memory and cores, not the request's."""
-    occupied = held + [c.mig.placement for c in picks if c.uuid == d.id and c.mig is not None]
-    choice = select_candidate(d.mig_profiles, occupied, took.usedmem)
-    if choice is None:
-        return None
-    profile, placement = choice
-    return replace(
-        took,
-        usedmem=profile.memory_mb,
-        usedcores=profile.core,
-        mig=MigSlice(profile=profile.name, placement=placement),
-    )
-
-
 def _is_mig_request(node: NodeState, cand: list[int], p: _Pod) -> bool:
     """HAMi ``isMIGRequest``: no ``vgpu-mode`` other than mig, and some candidate card is in mig mode."""
     if p.mode is not None and DeviceMode.MIG not in p.mode:
         return False
-    return any(node.devices[i].mode == DeviceMode.MIG for i in cand)
+    return any(card_kind(node.devices[i]) is CardKind.MIG for i in cand)
 
 
 def _sorted_candidates(node: NodeState, work: list[list[int]], req: ContainerRequest, p: _Pod) -> list[int]:
@@ -305,10 +288,40 @@ def _fit_container(
     prior: list[tuple[ContainerDevice, ...]],
     held: list[list[MigPlacement]],
 ) -> tuple[tuple[ContainerDevice, ...] | None, dict[str, int], int]:
-    """HAMi's per-container Fit (orchestration): devices (or None), reason counts, devices passed in."""
+    """HAMi's per-container Fit: devices (or None), reason counts, devices passed in.
+
+    A container gets one kind of card (:mod:`shared.allocation_rules`): on a node with cards in
+    mig mode beside shared ones, HAMi's scan runs over each kind alone, in the order the scan meets
+    them, and the first that fits wins; when none does, each card's reason comes from the scan
+    of its own kind.
+    """
     cand = _sorted_candidates(node, work, req, p)
-    if req.nums > len(cand) and not _is_mig_request(node, cand, p):
-        return None, {Reason.NODE_INSUFFICIENT_DEVICE: 1}, len(cand)
+    total = len(cand)
+    if req.nums > total and not _is_mig_request(node, cand, p):
+        return None, {Reason.NODE_INSUFFICIENT_DEVICE: 1}, total
+    groups = kind_groups(node.devices, cand) if node.derived.has_mig else [cand]
+    merged: dict[str, int] = {}
+    for group in groups:
+        picks, reasons = _scan(node, work, req, p, group, init=init, prior=prior, held=held)
+        if picks is not None:
+            return picks, reasons, total
+        for reason, n in reasons.items():
+            merged[reason] = merged.get(reason, 0) + n
+    return None, merged, total
+
+
+def _scan(
+    node: NodeState,
+    work: list[list[int]],
+    req: ContainerRequest,
+    p: _Pod,
+    cand: list[int],
+    *,
+    init: bool,
+    prior: list[tuple[ContainerDevice, ...]],
+    held: list[list[MigPlacement]],
+) -> tuple[tuple[ContainerDevice, ...] | None, dict[str, int]]:
+    """HAMi's device scan over ``cand`` (orchestration): from the end, checks in HAMi's order."""
     reasons: dict[str, int] = {}
     nums, coresreq, prevnuma = req.nums, req.coresreq, None
     picks: list[ContainerDevice] = []
@@ -341,8 +354,8 @@ def _fit_container(
                 if not _quota_ok(p, prior, picks, took, init)
                 else _post_quota(d, work[i], memreq, coresreq)
             )
-            if why is None and d.mode == DeviceMode.MIG:
-                mig = _mig_pick(d, held[i], picks, took)
+            if why is None and card_kind(d) is CardKind.MIG:
+                mig = pick_instance(d, held[i], picks, took)
                 if mig is None:
                     why = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
                 else:
@@ -354,10 +367,10 @@ def _fit_container(
         if not p.topology:
             nums -= 1
             if nums == 0:
-                return tuple(picks), reasons, len(cand)
-            if d.mode == DeviceMode.MIG:
-                pos += 1  # HAMi looks at a MIG card again: it may give this container another instance
-    return _finish(node, req=req, p=p, picks=picks, reasons=reasons, total=len(cand))
+                return tuple(picks), reasons
+        if card_kind(d) is CardKind.MIG:
+            pos += 1  # HAMi looks at a MIG card again (topology-aware too): it may give another instance
+    return _finish(node, req=req, p=p, picks=picks, reasons=reasons)
 
 
 def _finish(
@@ -367,17 +380,16 @@ def _finish(
     p: _Pod,
     picks: list[ContainerDevice],
     reasons: dict[str, int],
-    total: int,
-) -> tuple[tuple[ContainerDevice, ...] | None, dict[str, int], int]:
+) -> tuple[tuple[ContainerDevice, ...] | None, dict[str, int]]:
     """After the scan: the topology-aware choice, or the failure with its taken-card count."""
     if p.topology and len(picks) >= req.nums:
         if len(picks) > req.nums:
             chosen = pick_topology([c.uuid for c in picks], req.nums, node.derived.pairs)
             picks = [picks[k] for k in chosen]
-        return tuple(picks), reasons, total
+        return tuple(picks), reasons
     if picks:
         reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picks)
-    return None, reasons, total
+    return None, reasons
 
 
 def _fit_node(node: NodeState, p: _Pod) -> NodeFit:

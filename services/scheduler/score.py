@@ -199,7 +199,8 @@ def pick_topology(
         return score if score is not None else pair_scores.get(b, {}).get(a, 0)
 
     if k == 1:
-        sums = [sum(pair(c, o) for j, o in enumerate(candidates) if j != i) for i, c in enumerate(candidates)]
+        # HAMi computeWorstSingleCard: a card's own other entries (MIG instances of it) do not count
+        sums = [sum(pair(c, o) for o in candidates if o != c) for c in candidates]
         return (sums.index(min(sums)),)
     best: tuple[int, ...] = tuple(range(k))
     best_sum = -1

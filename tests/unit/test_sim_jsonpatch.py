@@ -2,9 +2,9 @@
 
 Case matrix: add (object member, whole map, array index, ``-``, escaped ``~1``/``~0`` keys),
 replace, remove, test (pass/fail; JSON equality: false is not 0, 1 is 1.0), move, copy; failures
-(missing parent, bad index, missing value, unknown op, non-array patch) raise PatchError and leave
-the input untouched; merge patch (nested merge, null deletes, scalars and arrays replace, input
-never mutated).
+(missing parent, bad index, missing value, unknown op, non-array patch) raise PatchError naming the
+operation and leave the input untouched, a later operation's failure too; merge patch (nested
+merge, null deletes, scalars and arrays replace, input never mutated).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpubus_local.sim.errors import PatchError
-from gpubus_local.sim.jsonpatch import apply_json_patch, json_equal, merge_patch, parse_pointer
+from gpubus_local.sim.jsonpatch import apply_json_patch, json_equal, merge_patch
 
 POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1"}},
                        "spec": {"containers": [{"name": "c0"}, {"name": "c1"}]}}
@@ -71,14 +71,26 @@ def test_invalid_operations_raise_and_leave_the_input_alone(ops: list[Any]) -> N
     assert before == POD
 
 
+def test_a_later_operations_failure_names_it_and_undoes_the_earlier_ones() -> None:
+    before = copy.deepcopy(POD)
+    ops = [{"op": "add", "path": "/metadata/labels/b", "value": "2"},
+           {"op": "remove", "path": "/spec/containers/0"},
+           {"op": "test", "path": "/metadata/name", "value": "other"}]
+    with pytest.raises(PatchError, match=r"^operation 2 \(test /metadata/name\): test failed"):
+        apply_json_patch(POD, ops)
+    assert before == POD
+
+
 def test_a_patch_must_be_an_array() -> None:
     with pytest.raises(PatchError, match="array"):
         apply_json_patch(POD, {"op": "add"})
 
 
-def test_pointer_unescapes_in_rfc_order() -> None:
-    assert parse_pointer("/a~1b/c~0d/~01") == ["a/b", "c~d", "~1"]
-    assert parse_pointer("") == []
+def test_pointers_unescape_in_rfc_order() -> None:
+    doc = {"a/b": {"c~d": {"~1": "x"}}}
+    assert apply_json_patch(doc, [{"op": "replace", "path": "/a~1b/c~0d/~01", "value": "y"}]) == {
+        "a/b": {"c~d": {"~1": "y"}}}
+    assert apply_json_patch(doc, [{"op": "add", "path": "", "value": [1]}]) == [1]  # "" is the whole document
 
 
 def test_merge_patch_merges_deletes_and_replaces() -> None:

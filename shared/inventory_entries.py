@@ -10,10 +10,7 @@ Must not know NATS, the ledger or any service. Pure.
 
 from __future__ import annotations
 
-import msgpack
-
-from shared.codec import from_wire, to_wire
-from shared.errors import EventDecodeError
+from shared.codec import decode_as, pack
 from shared.events import Inventory
 from shared.ledger_entries import KeyMismatch
 
@@ -21,16 +18,12 @@ __all__ = ["KeyMismatch", "decode_inventory", "decode_inventory_entry", "encode_
 
 
 def encode_inventory(inventory: Inventory) -> bytes:
-    return bytes(msgpack.packb(to_wire(inventory), use_bin_type=True))
+    return pack(inventory)
 
 
 def decode_inventory(value: bytes) -> Inventory:
     """Bytes from KV -> Inventory; EventDecodeError when they are not a usable inventory event."""
-    try:
-        body = msgpack.unpackb(value, raw=False)
-    except Exception as e:
-        raise EventDecodeError(f"inventory entry is not valid msgpack: {e}") from e
-    return from_wire(Inventory, body)
+    return decode_as(Inventory, value, "inventory entry")
 
 
 def decode_inventory_entry(key: str, value: bytes) -> Inventory:

@@ -11,7 +11,7 @@ CLUSTER.json: ``{"nodes": [{"name", "annotations", "devices": [{"id", "index", "
 (``migProfiles`` as the register JSON writes it; ``mig``: the placements ``[{"start", "size"}]`` held
 by MIG instances). Unknown fields are ignored;
 missing usage means 0, missing ``health`` healthy, missing ``count`` the default split count (10). The JSON
-report shape is a stable interface (issue 2). This module must not read files or print.
+report shape is a stable interface. This module must not read files or print.
 """
 
 from __future__ import annotations

@@ -310,10 +310,10 @@ class KV:
         acknowledged before the read began; else ``BusUnavailable`` (the caller reads again).
 
         On a cluster an R1 consumer may be placed on any replica of the stream, and reads that
-        replica's copy. One just restarted holds an older prefix (seen: a revived server answered
-        94 of 400 revisions), and the leader says so; but it calls a replica current once its log
-        holds the writes, before the replica has applied them to its copy (seen in CI: 20 of 220
-        keys). So a read that ends below the leader's last sequence asks the leader too.
+        replica's copy. One just restarted holds an older prefix, and the leader says so; but the
+        leader calls a replica current once its log holds the writes, before the replica has applied
+        them to its copy, so a read placed there can still come back short. So a read that ends
+        below the leader's last sequence asks the leader too.
         """
         host = info.cluster.leader if info.cluster is not None else None
         if host is None:  # a single server: its copy is the stream

@@ -45,8 +45,8 @@ def _renamed_on_reset(jsi: Any) -> None:
     """A named consumer (node-scoped: :mod:`shared.bus.scope`) is re-created under a new name.
 
     Under its old name the create is an update of the consumer the server may still hold, and an
-    update cannot change the deliver policy (JetStream error 10012): the consumer came back only
-    once the server dropped the old one for inactivity (~8 s in a test). The old one goes so still.
+    update cannot change the deliver policy (JetStream error 10012): the consumer would come back
+    only once the server dropped the old one for inactivity, seconds later. The old one goes so still.
     """
     reset = jsi.reset_ordered_consumer
 

@@ -1,9 +1,8 @@
-"""The ledger entry codec: the fast Allocation decoder agrees with the generic ``from_wire``.
+"""The ledger entry codec: decoding entry bytes agrees with the generic ``from_wire``.
 
 Case matrix: round trips of entries with several containers, init slots, every state and optional
-fields left out; and for bodies the fast path does not recognise (wrong types, missing fields,
-unknown state, bools for ints, not a map) the very same value or the very same EventDecodeError
-message as the generic codec.
+fields left out; and for unusual bodies (wrong types, missing fields, unknown state, bools for ints,
+not a map) the very same value or the very same EventDecodeError message as the generic codec.
 """
 
 from __future__ import annotations

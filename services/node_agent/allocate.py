@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.node_agent.errors import AllocateFailed, BadAllocateRequest
+from shared.allocation_rules import MIXED_KINDS
 from shared.errors import clip
 from shared.model import ContainerDevice, DeviceUUID
 
@@ -121,9 +122,12 @@ def build_container_response(
 
 def build_mig_response(devices: Sequence[ContainerDevice], mig_uuids: Sequence[str]) -> ContainerResponse:
     """A container on MIG instances sees only their MIG UUIDs: MIG isolates in hardware, so no
-    HAMi-core limits and no mounts (HAMi v2.10 ``plugin/server.go`` Allocate in mig mode)."""
+    HAMi-core limits and no mounts (HAMi v2.10 ``plugin/server.go`` Allocate in mig mode).
+
+    Decisions that mix kinds are refused on arrival (:mod:`shared.allocation_rules`); this is the
+    last guard, for a device the instance registry gave no MIG UUID."""
     if not devices or len(mig_uuids) != len(devices) or not all(mig_uuids):
-        raise AllocateFailed("a container mixes MIG instances and shared cards; give it one kind")
+        raise AllocateFailed(MIXED_KINDS)
     return ContainerResponse(envs={VISIBLE_DEVICES: ",".join(mig_uuids)}, mounts=())
 
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from services.node_agent.allocate import is_container_name, is_pod_uid
 from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision
+from shared.allocation_rules import container_problem
 from shared.errors import clip
 from shared.model import (
     Allocation,
     AllocationState,
     ContainerDevice,
     DeviceInfo,
-    DeviceMode,
     DeviceUUID,
     PodUID,
 )
@@ -40,10 +40,9 @@ def decision_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceIn
     """Why a decision from the bus cannot be served on this node (None when it can).
 
     The codec checks types only; these are the promises the handoff relies on: one container
-    name per slot, Kubernetes-shaped names (they become a cache directory path), GPUs this node
-    advertises (``cards``), each at most once per container (a card in mig mode once per
-    instance), MIG instances only on cards in mig mode, limits within what the card registered
-    (the scheduler's Fit never gives more).
+    name per slot, Kubernetes-shaped names (they become a cache directory path), and each
+    container's devices allocatable on this node's ``cards`` by the rules the scheduler's Fit
+    follows too (:func:`shared.allocation_rules.container_problem`).
     """
     if len(allocation.containers) != len(allocation.devices):
         return f"{len(allocation.containers)} container names for {len(allocation.devices)} device slots"
@@ -56,22 +55,9 @@ def decision_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceIn
     if not is_pod_uid(allocation.pod_uid):
         return f"pod UID {clip(allocation.pod_uid)!r} is not path-safe (not a Kubernetes UID)"
     for name, slot in zip(allocation.containers, allocation.devices, strict=True):
-        # several MIG instances of one card are distinct devices: a card counts once per placement
-        if len({(d.uuid, d.mig.placement if d.mig else None) for d in slot}) != len(slot):
-            return f"container {name} is given the same GPU twice: {clip(str([d.uuid for d in slot]))}"
-        if any(d.mig is not None and d.uuid in cards and cards[d.uuid].mode != DeviceMode.MIG for d in slot):
-            return f"container {name} is given a MIG instance on a card that is not in mig mode"
-    for device in (d for slot in allocation.devices for d in slot):
-        card = cards.get(device.uuid)
-        if card is None:
-            return f"GPU {clip(device.uuid)!r} is not advertised by this node"
-        if device.usedmem < 0 or not 0 <= device.usedcores <= 100:
-            return f"GPU {device.uuid}: memory {device.usedmem} MiB or cores {device.usedcores}% out of range"
-        if device.usedmem > card.devmem or device.usedcores > card.devcore:
-            return (
-                f"GPU {device.uuid}: {device.usedmem} MiB / {device.usedcores}% exceeds"
-                f" the card's registered {card.devmem} MiB / {card.devcore}%"
-            )
+        problem = container_problem(name, slot, cards)
+        if problem is not None:
+            return problem
     return None
 
 

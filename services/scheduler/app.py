@@ -29,8 +29,10 @@ from services.scheduler.leader import LeaderElection
 from services.scheduler.leases import AllocLeases
 from services.scheduler.ledger import Ledger
 from services.scheduler.metrics import SchedulerMetrics
+from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.placement import Placement
 from services.scheduler.pod_cache import PodCache
+from services.scheduler.podconfirm import PodConfirmer
 from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
 from services.scheduler.reconcile import Reconciler
 from services.scheduler.settings import SchedulerSettings
@@ -80,6 +82,7 @@ class SchedulerApp:
             memory_factor=settings.memory_factor,
         )
         self.pods = PodCache()
+        self.nodes = NodeBook()
         self.port = settings.port
         self._tasks = TaskSet("scheduler", on_fatal)
         self._leader_tasks = TaskSet("scheduler-leader", on_fatal)
@@ -160,8 +163,10 @@ class SchedulerApp:
                 reservation_ttl_s=s.reservation_ttl_s,
                 provisional_ttl_s=s.provisional_ttl_s,
                 names=self.names,
+                scheduler_name=s.scheduler_name,
             ),
             clock=self.clock,
+            nodes=self.nodes,
         )
 
     def _wire_reconciler(self) -> None:
@@ -180,6 +185,7 @@ class SchedulerApp:
             scheduler_name=self.settings.scheduler_name,
             clock=self.clock,
             names=self.names,
+            nodes=self.nodes,
         )
 
     def _wire_leadership(self) -> None:
@@ -248,6 +254,8 @@ class SchedulerApp:
             events=self.bus,
             clock=self.clock,
             names=self.names,
+            confirmer=PodConfirmer(self.kube, self.reconciler.live),
+            known_node=lambda name: NodeName(name) in self.ledger or NodeName(name) in self.nodes,
         )
 
     async def _serve(self) -> None:

@@ -38,6 +38,7 @@ from services.scheduler.errors import BindError
 from services.scheduler.fit import NodeFit
 from services.scheduler.leases import AllocLeases, LeaseTimeout
 from services.scheduler.metrics import SchedulerMetrics
+from services.scheduler.nodeadmit import NodeBook, node_rejects
 from services.scheduler.placement import Placement
 from services.scheduler.pod_cache import PodCache
 from services.scheduler.state import State
@@ -75,6 +76,8 @@ class BindOptions:
     provisional_ttl_s: float = 10.0
     """How long filter's provisional slice waits for the pod's bind (0 turns it off)."""
     names: ResourceNames = DEFAULT_NAMES
+    scheduler_name: str = "gpubus-scheduler"
+    """Only pods whose ``spec.schedulerName`` is this are bound ("" binds any pod)."""
 
 
 def hami_annotations(allocation: Allocation, now: float) -> dict[str, str]:
@@ -111,8 +114,11 @@ class Binder:
         quotas: QuotaReader | None,
         options: BindOptions,
         clock: Callable[[], float] = time.time,
+        nodes: NodeBook | None = None,
     ) -> None:
         self._state = state
+        self._nodes = nodes
+        """The Node objects the node watch saw: /bind re-checks selector, affinity and taints."""
         self._placement = placement
         self._leases = leases
         self._kube = kube
@@ -182,9 +188,15 @@ class Binder:
             raise BindError("not_leader", f"this scheduler replica is a standby; the leader ({leader}) binds")
         if self._kube is None:
             raise BindError("no_kube", "no Kubernetes API configured (--kubeconfig or --in-cluster)")
-        pod, parsed = await self._pod(args)
-        request = self._request(pod, args) if parsed is None else parsed
-        node = NodeName(args.node)
+        try:
+            pod, parsed = await self._verified_pod(args)
+            request = self._request(pod, args) if parsed is None else parsed
+            node = NodeName(args.node)
+            self._check_node(pod, args, node)
+        except BindError:
+            if args.pod_uid and args.pod_uid not in self._in_flight:
+                self._drop_reserved(PodUID(args.pod_uid))  # a slice a filter held for it goes too
+            raise
         if not request.wants_gpu:
             await self._post_binding(args, node, {})
             return "passthrough"
@@ -196,7 +208,7 @@ class Binder:
             )
         self._in_flight.add(uid)  # no await since the check: one bind per pod at a time
         try:
-            if await self._already_bound(args, pod, request, node, cached=parsed is not None):
+            if await self._already_bound(args, pod, request, node, cached=False):
                 return "already_bound"
             if self._quotas is not None:
                 await self._quotas.ensure(request.namespace)
@@ -311,6 +323,35 @@ class Binder:
                 f"not {args.pod_uid} (it was re-created)",
             )
         return pod, parsed
+
+    async def _verified_pod(self, args: BindingArgs) -> tuple[Mapping[str, Any], PodRequest | None]:
+        """The pod as the API server has it now (never only what a /filter body claimed), if it is
+        ours and not being deleted; filter's parse of it is reused when it is the same revision."""
+        seen = self._pods.pop(args.pod_uid)
+        pod, _ = await self._pod(args, cached=False)
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        ours = self._opt.scheduler_name
+        if ours and spec.get("schedulerName") != ours:
+            raise BindError("not_ours", f"pod {args.pod_namespace}/{args.pod_name} has schedulerName "
+                            f"{str(spec.get('schedulerName'))[:253]!r}, not {ours!r}: not ours to bind")
+        if meta.get("deletionTimestamp"):
+            raise BindError("pod_deleting", f"pod {args.pod_namespace}/{args.pod_name} is being deleted")
+        if seen is not None and seen[1] is not None:
+            cached_meta = seen[0].get("metadata") or {}
+            if (cached_meta.get("uid"), cached_meta.get("resourceVersion")) == (
+                    meta.get("uid"), meta.get("resourceVersion")):
+                return pod, seen[1]
+        return pod, None
+
+    def _check_node(self, pod: Mapping[str, Any], args: BindingArgs, node: NodeName) -> None:
+        """The node-side checks kube-scheduler ran before filter, again, on the node as watched."""
+        facts = self._nodes.get(node) if self._nodes is not None else None
+        if facts is None:
+            return  # not seen by the watch yet: Fit still refuses a node without inventory
+        reason = node_rejects(pod, facts)
+        if reason is not None:
+            raise BindError("node_mismatch", f"pod {args.pod_namespace}/{args.pod_name} cannot go to "
+                            f"node {node}: {reason}")
 
     def _request(self, pod: Mapping[str, Any], args: BindingArgs) -> PodRequest:
         try:

@@ -26,6 +26,7 @@ from services.scheduler.errors import BindError, ExtenderInputError
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.placement import Placement
 from services.scheduler.pod_cache import PodCache
+from services.scheduler.podconfirm import PodConfirmer
 from services.scheduler.wire import (
     MAX_BODY_BYTES,
     BadRequestKind,
@@ -48,6 +49,10 @@ from shared.requests import DEFAULT_NAMES, ResourceNames, pod_request
 log = logging.getLogger(__name__)
 
 NOT_READY = "gpubus scheduler is still loading inventory and ledger from NATS; try again shortly"
+
+
+#: The longest per-node reason an event carries (HAMi's are well under it).
+_REASON_MAX = 1024
 
 
 def _json(value: object, status: int = 200) -> web.Response:
@@ -102,8 +107,14 @@ class Extender:
         events: EventSink | None = None,
         names: ResourceNames = DEFAULT_NAMES,
         clock: Callable[[], float] = time.time,
+        confirmer: PodConfirmer | None = None,
+        known_node: Callable[[str], bool] | None = None,
     ) -> None:
         self._placement = placement
+        self._confirmer = confirmer
+        """Events name only pods the API server confirms (a /filter body is a claim)."""
+        self._known_node = known_node or (lambda name: NodeName(name) in placement.ledger)
+        """Events name only nodes the scheduler knows (a /filter body may list any string)."""
         self._binder = binder
         self._pods = pods
         self._metrics = metrics
@@ -218,7 +229,7 @@ class Extender:
         for reason, n in outcome.reason_counts.items():
             self._metrics.reasons.labels(reason).inc(n)
         if not outcome.passed:
-            self._unschedulable(pod, {**outcome.unresolvable, **outcome.failed})
+            await self._unschedulable(pod, {**outcome.unresolvable, **outcome.failed})
         self._metrics.decisions.labels("filter", "fit" if outcome.passed else "no_fit").inc()
         return _json(
             filter_result(
@@ -229,10 +240,22 @@ class Extender:
             )
         )
 
-    def _unschedulable(self, pod: PodRequest, reasons: dict[str, str]) -> None:
-        if self._events is not None:
-            event = PodUnschedulable(namespace=pod.namespace, name=pod.name, uid=pod.uid, reasons=reasons)
-            self._events.emit(event)
+    async def _unschedulable(self, pod: PodRequest, reasons: dict[str, str]) -> None:
+        """Publish why the pod fits nowhere: only for a pod the API server has, only about nodes
+        the scheduler knows, each reason bounded (what a request claims is not an event)."""
+        if self._events is None:
+            return
+        confirmer = self._confirmer
+        if confirmer is not None and not await confirmer.confirm(pod.namespace, pod.name, pod.uid):
+            self._metrics.input_error("filter", "unconfirmed_pod")
+            log.info("pod %.253s/%.253s (%.64s): not confirmed by the API server; no event",
+                     pod.namespace, pod.name, pod.uid)
+            return
+        known = {n: why[:_REASON_MAX] for n, why in reasons.items() if self._known_node(n)}
+        if len(known) < len(reasons):
+            self._metrics.input_error("filter", "unknown_node")
+        event = PodUnschedulable(namespace=pod.namespace, name=pod.name, uid=pod.uid, reasons=known)
+        self._events.emit(event)
 
     async def _prioritize(self, request: web.Request) -> web.Response:
         args, pod = await self._args(request)

@@ -25,6 +25,7 @@ from services.scheduler.binder import Binder
 from services.scheduler.bindphase import BindPhaseWriter
 from services.scheduler.leases import AllocLeases
 from services.scheduler.metrics import SchedulerMetrics
+from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.state import State
 from shared import annotations as ann
 from shared.bus import Subscription
@@ -187,8 +188,11 @@ class Reconciler:
         scheduler_name: str,
         clock: Callable[[], float] = time.time,
         names: ResourceNames = DEFAULT_NAMES,
+        nodes: NodeBook | None = None,
     ) -> None:
         self._state = state
+        self._nodes = nodes if nodes is not None else NodeBook()
+        """Labels, taints and unschedulable of every node, for /bind's node-side checks."""
         self._leases = leases
         self._kube = kube
         self._binder = binder
@@ -201,7 +205,8 @@ class Reconciler:
         self._scheduler_name = scheduler_name
         self._clock = clock
         self._names = names
-        self._live: set[str] = set()
+        self._live: dict[str, tuple[str, str]] = {}
+        """UID -> (namespace, name) of every live pod that matters, as the API server shows it."""
         self.pods_synced = asyncio.Event()
 
     # --- node-agent verdicts ---------------------------------------------------------------
@@ -314,13 +319,17 @@ class Reconciler:
             return
         finished = (pod.get("status") or {}).get("phase") in _TERMINAL
         if kind == "DELETED" or finished:
-            self._live.discard(uid)
+            self._live.pop(uid, None)
             if self._state.ledger.entry(PodUID(uid)) is not None:
                 await self.release(PodUID(uid), "pod deleted" if kind == "DELETED" else "pod finished")
             return
-        self._live.add(uid)
+        self._live[uid] = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if self._state.ledger.entry(PodUID(uid)) is None and not self._binder.binding(uid):
             await self._adopt(pod)
+
+    def live(self, uid: str) -> tuple[str, str] | None:
+        """(namespace, name) of the pod with this UID if the pod watch shows it alive."""
+        return self._live.get(uid)
 
     async def _adopt(self, pod: Mapping[str, Any]) -> None:
         try:
@@ -369,6 +378,8 @@ class Reconciler:
                 continue
             if event["type"] == "DELETED":
                 self._state.ledger.remove_node(name)
+                self._nodes.remove(name)
                 continue
+            self._nodes.put(node)
             a = (node.get("metadata") or {}).get("annotations") or {}
             self._state.ledger.set_annotations(name, {k: a[k] for k in _NODE_KEYS if k in a})

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 QUERY_TOKEN = "query"
 #: Fields compared to decide whether an existing stream needs an update.
 _COMPARED = ("subjects", "max_age", "max_bytes", "max_msgs_per_subject", "duplicate_window",
-             "allow_msg_ttl", "allow_direct", "discard")
+             "allow_msg_ttl", "allow_direct", "discard", "max_consumers")
 #: JetStream API codes of a stream whose replicas the servers cannot place: replicas > 1 on a server
 #: without clustering (10074), fewer servers (or none with room) than replicas (10005, 10023).
 _UNPLACEABLE = {
@@ -57,11 +57,13 @@ def event_stream_config(settings: BusSettings) -> api.StreamConfig:
         max_age=settings.stream_max_age_s,
         max_bytes=settings.stream_max_bytes,
         duplicate_window=settings.duplicate_window_s,
+        max_consumers=settings.max_consumers,
         num_replicas=settings.replicas,
     )
 
 
-def bucket_config(bucket: str, *, history: int, ttl: float | None, replicas: int = 1) -> api.StreamConfig:
+def bucket_config(bucket: str, *, history: int, ttl: float | None, replicas: int = 1,
+                  max_consumers: int = -1) -> api.StreamConfig:
     """The KV stream as nats-py builds it, without ``subject_delete_marker_ttl``: with a limit
     marker, ``create`` keeps failing until the marker itself expires (protocols.md §5)."""
     return api.StreamConfig(
@@ -76,19 +78,19 @@ def bucket_config(bucket: str, *, history: int, ttl: float | None, replicas: int
         max_age=ttl or 0.0,
         max_msgs=-1,
         max_msgs_per_subject=history,
-        max_consumers=-1,
+        max_consumers=max_consumers,
         num_replicas=replicas,
         storage=api.StorageType.FILE,
     )
 
 
 def bucket_configs(settings: BusSettings) -> list[api.StreamConfig]:
-    r = settings.replicas
+    r, c = settings.replicas, settings.max_consumers
     return [
-        bucket_config(INVENTORY, history=1, ttl=None, replicas=r),
+        bucket_config(INVENTORY, history=1, ttl=None, replicas=r, max_consumers=c),
         bucket_config(ALLOCATIONS, history=max(1, min(64, settings.allocations_history)), ttl=None,
-                      replicas=r),
-        bucket_config(LOCKS, history=1, ttl=settings.lock_ttl_s, replicas=r),
+                      replicas=r, max_consumers=c),
+        bucket_config(LOCKS, history=1, ttl=settings.lock_ttl_s, replicas=r, max_consumers=c),
     ]
 
 

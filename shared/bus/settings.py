@@ -74,6 +74,11 @@ class BusSettings:
     """Upper bound of the ``GPUBUS`` stream on disk, bytes (oldest events go first)."""
     duplicate_window_s: float = 120.0
     """Window in which a repeated ``Nats-Msg-Id`` is dropped, seconds."""
+    max_consumers: int = 16_384
+    """Consumers each stream (``GPUBUS`` and every bucket) may hold. nats-server 2.15 caps a stream
+    that sets none at 1000 (``default_max_consumers``); per-node identity gives every node its own
+    consumers on ``GPUBUS`` (the node-agent 1, its monitor 3), so 1000 nodes hold about 4000 there.
+    This bound still stops a runaway client, at ~4000 nodes; raise it beyond that."""
     allocations_history: int = 3
     """Revisions kept per key in the ``allocations`` bucket (1..64)."""
     lock_ttl_s: float = 30.0

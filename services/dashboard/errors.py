@@ -19,3 +19,8 @@ class BadQuery(DashboardError, BadInput):
 
 class ReplayUnavailable(DashboardError, Retryable):
     """The stream could not be replayed now (NATS away, consumer refused); HTTP 503, try again."""
+
+
+class BundleMissing(DashboardError):
+    """The package was built without its browser bundle (no npm where it was built); HTTP 503 with how
+    to build it."""

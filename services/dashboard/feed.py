@@ -7,6 +7,7 @@ subject, size and reason: shown, never dropped. Must not know NATS or HTTP.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -103,24 +104,28 @@ class FeedFilter:
 
 
 class Feed:
-    """The newest ``size`` entries, oldest first."""
+    """The newest ``size`` entries of each sort, oldest first: heartbeats apart, so a busy cluster's
+    samples (a 1000-node cluster sends dozens a second) never push the placements out of the feed."""
 
     def __init__(self, size: int) -> None:
         self._entries: deque[FeedEntry] = deque(maxlen=size)
+        self._beats: deque[FeedEntry] = deque(maxlen=size)
 
     def add(self, entry: FeedEntry) -> None:
-        self._entries.append(entry)
+        (self._beats if entry.kind in HEARTBEATS else self._entries).append(entry)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._beats)
 
     def __iter__(self) -> Iterator[FeedEntry]:
-        return iter(self._entries)
+        return iter(sorted((*self._entries, *self._beats), key=lambda e: e.seq))
 
     def newest(self, selector: FeedFilter, limit: int) -> list[FeedEntry]:
         """Up to ``limit`` matching entries, newest first."""
+        sources = (reversed(self._entries), reversed(self._beats)) if selector.heartbeats else (
+            reversed(self._entries),)
         found: list[FeedEntry] = []
-        for entry in reversed(self._entries):
+        for entry in heapq.merge(*sources, key=lambda e: -e.seq):
             if selector.matches(entry):
                 found.append(entry)
                 if len(found) >= limit:

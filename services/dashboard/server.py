@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Protocol
 
 import orjson
@@ -26,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from services.dashboard.errors import BadQuery, NotFound, ReplayUnavailable
+from services.dashboard.errors import BadQuery, BundleMissing, NotFound, ReplayUnavailable
 from services.dashboard.metrics import DashboardStats
 from services.dashboard.pages import PageOptions, known, page, status
 from services.dashboard.timeline import Timeline
@@ -40,6 +41,15 @@ _CACHE_LIMIT = 256
 BUILD_SHARE = 4.0
 """A page is rebuilt no sooner than this many times its build time after the last build."""
 PageKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+STATIC = Path(str(resources.files("services.dashboard") / "static"))
+BUNDLE = "dist/app.js"
+"""The pages' script and charts, built by ``npm run build`` in ``services/dashboard/web`` (setup.py
+and scripts/bootstrap run it); never committed."""
+MISSING_BUNDLE = ("this dashboard was installed without its browser bundle (static/dist/app.js): build it "
+                  "with `npm ci && npm run build` in services/dashboard/web (Node.js 18+; scripts/bootstrap "
+                  "does it), then reinstall or restart")
 
 
 class Source(Protocol):
@@ -76,6 +86,8 @@ class Deps:
     push_interval_s: float
     max_streams: int
     clock: Callable[[], float] = time.time
+    static_dir: Path = field(default_factory=lambda: STATIC)
+    """The shell, the stylesheet and the built bundle (``dist/``)."""
     streams: int = 0
     cache: dict[PageKey, _Built] = field(default_factory=dict)
     """Live pages as last built, by (path, query)."""
@@ -103,13 +115,17 @@ STOPPING = web.AppKey("stopping", asyncio.Event)
 
 def build_app(deps: Deps) -> web.Application:
     app = web.Application(middlewares=[_html_404(deps)])
-    shell = _asset("index.html")
+    shell = (deps.static_dir / "index.html").read_bytes()
+    bundled = (deps.static_dir / BUNDLE).is_file()
+    if not bundled:
+        log.error("the dashboard's browser bundle (static/%s) is missing: every page answers 503 until it is "
+                  "built (npm ci && npm run build in services/dashboard/web, or scripts/bootstrap)", BUNDLE)
     for path in PAGE_PATHS:
-        app.router.add_get(path, _shell_handler(deps, shell))
+        app.router.add_get(path, _shell_handler(deps, shell, bundled=bundled))
     app.router.add_get("/api/page", _page_handler(deps))
     app.router.add_get("/api/stream", _stream_handler(deps))
     app.router.add_get("/api/timeline", _timeline_handler(deps))
-    app.router.add_static("/static/", str(resources.files("services.dashboard") / "static"))
+    app.router.add_static("/static/", str(deps.static_dir))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz_handler(deps))
     app.router.add_get("/metrics", make_aiohttp_handler(deps.registry))
@@ -120,10 +136,6 @@ def build_app(deps: Deps) -> web.Application:
 
 async def _end_live_streams(app: web.Application) -> None:
     app[STOPPING].set()
-
-
-def _asset(name: str) -> bytes:
-    return (resources.files("services.dashboard") / "static" / name).read_bytes()
 
 
 def parse_at(raw: str | None) -> float | None:
@@ -173,7 +185,8 @@ def _build(deps: Deps, view: ClusterView, path: str, query: Mapping[str, str], *
             return hit.body
     feed = deps.source.timeline.feed if live else None
     started = time.monotonic()
-    body = orjson.dumps({**page(view, feed, path, query, now=now, options=deps.options), "live": live})
+    body = orjson.dumps({**page(view, feed, path, query, now=now, options=deps.options,
+                                trends=deps.source.timeline.trends), "live": live})
     deps.stats.pages += 1
     if live:
         if len(deps.cache) >= _CACHE_LIMIT:
@@ -257,9 +270,12 @@ async def _push_until_gone(deps: Deps, response: web.StreamResponse, path: str,
         await asyncio.sleep(deps.push_interval_s if built is None else deps.fresh_for(built))
 
 
-def _shell_handler(deps: Deps, shell: bytes) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _shell_handler(deps: Deps, shell: bytes, *,
+                   bundled: bool) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         try:
+            if not bundled:
+                raise BundleMissing(MISSING_BUNDLE)
             view = await _view(deps, parse_at(request.query.get("at")))
             if not known(view, request.path):
                 raise NotFound(f"{request.path}: no such node, card, pod or page")
@@ -283,7 +299,8 @@ def _timeline_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Respo
     return handle
 
 
-_STATUS: dict[type[Exception], int] = {NotFound: 404, BadQuery: 400, ReplayUnavailable: 503}
+_STATUS: dict[type[Exception], int] = {NotFound: 404, BadQuery: 400, ReplayUnavailable: 503,
+                                       BundleMissing: 503}
 
 
 def _failure(deps: Deps, error: Exception, *, as_json: bool) -> web.Response:
@@ -303,7 +320,7 @@ def _failure(deps: Deps, error: Exception, *, as_json: bool) -> web.Response:
 
 
 def _error_page(status: int, message: str) -> str:
-    title = {404: "Not found", 400: "Bad request", 503: "Try again"}.get(status, "Error")
+    title = {404: "Not found", 400: "Bad request", 503: "Unavailable"}.get(status, "Error")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{status} {title} - gpubus</title>"
             f"<link rel='stylesheet' href='/static/app.css'></head><body><main class='error'>"
             f"<h1>{status} {title}</h1><p>{html.escape(message)}</p>"

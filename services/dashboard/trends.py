@@ -53,9 +53,9 @@ class Tier:
 
 
 def tiers(base_step_s: float) -> tuple[Tier, ...]:
-    """The rings kept: the cluster at the base step for its last hour; nodes at a minute, 5 minutes
-    and 30 minutes; cards their last hour at a minute (or the base step where that is coarser)."""
-    minute = max(60.0, base_step_s)
+    """The rings kept: the cluster's last hour at the base step; nodes' last hour and cards' at six
+    base steps (a minute at the default 10 s), their day at 5 minutes and week at 30 (nodes only)."""
+    minute = min(60.0, 6 * base_step_s)
     return (Tier(scope=Scope.CLUSTER, range=Range.HOUR, step_s=base_step_s),
             Tier(scope=Scope.CLUSTER, range=Range.DAY, step_s=max(300.0, base_step_s)),
             Tier(scope=Scope.CLUSTER, range=Range.WEEK, step_s=max(1800.0, base_step_s)),

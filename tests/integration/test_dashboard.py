@@ -6,24 +6,30 @@ an unknown node, card or pod in a URL is an HTML 404 (and a JSON 404 from the AP
 bad ``at`` is a 400; an undecodable message is counted and shown in the feed, and the
 dashboard goes on; time travel shows the cluster as it was before a pod was released, rebuilt
 from the stream (both from a checkpoint and from the stream's start); writes are refused (405);
-/healthz, /readyz and /metrics answer; a stop ends the open live pages instead of waiting for them.
+/healthz, /readyz and /metrics answer; a stop ends the open live pages instead of waiting for them;
+a released pod's page shows it Finished; without the browser bundle every page is a 503 saying
+how to build it (the page data is still served).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest_asyncio
+from aiohttp.test_utils import TestServer
 from asyncwait import wait_until
 from bus_settings import bus_settings
 from dashboard_builders import card_id, decided, inventory, released
 
 from services.dashboard.app import Dashboard
+from services.dashboard.server import build_app
 from services.dashboard.settings import DashboardSettings
 from shared.bus import INVENTORY, Bus
 from shared.codec import encode
@@ -72,8 +78,8 @@ async def test_pages_pushes_404s_and_metrics(bus: Bus, reader: Bus) -> None:
             card = orjson.loads(body)["node"]["cards"][0]
             assert [s["pod"] for s in card["slices"]] == ["default/a"]
             status, shell = await get(session, f"{base}/nodes/n1")
-            assert status == 200 and "/static/app.js" in shell
-            assert (await get(session, f"{base}/static/app.js"))[0] == 200
+            assert status == 200 and "/static/dist/app.js" in shell
+            assert (await get(session, f"{base}/static/dist/app.js"))[0] == 200  # built by scripts/bootstrap
 
             for path in ("/nodes/nope", "/cards/GPU-nope", "/pods/default/nope", "/nowhere"):
                 status, text = await get(session, f"{base}{path}")
@@ -122,7 +128,11 @@ async def test_time_travel_rebuilds_the_cluster_before_a_release(bus: Bus, reade
             assert then["live"] is False
             assert [s["pod"] for s in then["node"]["cards"][0]["slices"]] == ["default/a"]
             assert (await get(session, f"{base}/pods/default/a?at={before}"))[0] == 200
-            assert (await get(session, f"{base}/pods/default/a"))[0] == 404
+            status, body = await get(session, f"{base}/api/page?path=/pods/default/a&at={before}")
+            assert orjson.loads(body)["pod"]["phase"] == "Starting"
+            status, body = await get(session, f"{base}/api/page?path=/pods/default/a")  # finished: history
+            assert status == 200 and orjson.loads(body)["pod"]["phase"] == "Finished"
+            assert orjson.loads(body)["pod"]["node"] == "n1"
             # before the first checkpoint: folded from the stream's first message
             first = orjson.loads((await get(session, f"{base}/api/timeline"))[1])["first"]
             assert first > 0
@@ -176,3 +186,19 @@ async def test_a_stop_ends_the_open_live_pages(bus: Bus, reader: Bus) -> None:
     finally:
         if closing is None:
             await dashboard.close()
+
+
+async def test_without_its_bundle_every_page_says_how_to_build_it(reader: Bus, tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_bytes(b"<!doctype html><script src='/static/dist/app.js'></script>")
+    dashboard = await started(reader)
+    server = TestServer(build_app(dataclasses.replace(dashboard.deps, static_dir=tmp_path)), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/", "/pods", "/events"):
+                status, text = await get(session, str(server.make_url(path)))
+                assert status == 503 and "npm ci &amp;&amp; npm run build" in text, path
+            assert (await get(session, str(server.make_url("/api/page?path=/"))))[0] == 200  # the data is
+    finally:
+        await server.close()
+        await dashboard.close()

@@ -9,7 +9,7 @@ and is listed under the Finished phase, then is forgotten; a pending pod's page 
 and the releases since its verdict on the nodes that refused it; a pod under the SM threshold
 for long enough is held but idle and one busy is not; the overview's type mix; trends sample
 the state that held at each boundary, downsample to the ring's step, cut at any moment (time
-travel) and refuse an unknown range.
+travel) and refuse an unknown range; heartbeats never push placements out of the feed.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from dashboard_builders import (
 )
 
 from services.dashboard.errors import BadQuery, NotFound
+from services.dashboard.feed import Feed, FeedFilter
 from services.dashboard.pages import PageOptions, known, page
-from services.dashboard.timeline import Raw, Timeline
+from services.dashboard.timeline import Raw, Timeline, absorb
 from services.dashboard.trends import Range, Scope, Trends
 from services.dashboard.view import ClusterView, Phase, fold
 from shared.codec import encode
@@ -172,3 +173,12 @@ def test_an_unknown_chart_range_is_a_bad_query() -> None:
         page(view, None, "/", {"range": "decade"}, now=1001.0, trends=Trends())
     body = page(view, None, "/nodes/n1", {"range": "day"}, now=1001.0, trends=Trends())
     assert body["range"] == "day" and body["chart"]["t"] == [] and body["totals"]["cards"] == 2
+
+
+def test_heartbeats_never_push_placements_out_of_the_feed() -> None:
+    feed, view = Feed(3), ClusterView()
+    absorb(view, raw(decided("a", "n1"), 1, 1001.0), feed)
+    for seq in range(2, 12):
+        absorb(view, raw(inventory("n1", ts=1000.0 + seq), seq, 1000.0 + seq), feed)
+    assert [e.seq for e in feed.newest(FeedFilter(), 10)] == [1]
+    assert [e.seq for e in feed.newest(FeedFilter(heartbeats=True), 10)] == [11, 10, 9, 1]

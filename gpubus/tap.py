@@ -116,6 +116,8 @@ class TapOptions:
     """"new", "all", or the unix time to replay from."""
     selector: TapFilter = TapFilter()
     as_json: bool = False
+    as_cloudevents: bool = False
+    """One CloudEvents JSON line per event (undecodable messages go to stderr)."""
     count: int | None = None
     """Stop after this many printed lines."""
     stop_after_s: float | None = None

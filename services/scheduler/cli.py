@@ -22,7 +22,14 @@ from typing import Annotated
 import typer
 import yaml
 
-from services.scheduler.explain import explain, load_cluster, render_table
+from services.scheduler.explain import (
+    Pending,
+    explain,
+    load_cluster,
+    load_residents,
+    pod_priority,
+    render_table,
+)
 from services.scheduler.fit import Policies
 from services.scheduler.score import GpuPolicy, NodePolicy, policy_chain
 from shared.cli_options import CommonOptions, bad_parameters, common_options, run_service
@@ -132,10 +139,16 @@ def policies(node: str, gpu: str) -> Policies:
 
 def run_explain(cluster: Path, pod: Path, *, as_json: bool, policy: Policies) -> tuple[int, str]:
     """Exit code and output text; BadInput propagates for the caller to report."""
-    nodes = load_cluster(_load_cluster(cluster))
+    data = _load_cluster(cluster)
+    nodes = load_cluster(data)
+    residents = load_residents(data, nodes)
     manifest = _load_pod(pod)
     request = pod_request(manifest)
-    report = explain(nodes, request, policy)
+    pending = None
+    if residents is not None:
+        priority, preemption_policy = pod_priority(manifest)
+        pending = Pending(residents=residents, priority=priority, policy=preemption_policy)
+    report = explain(nodes, request, policy, pending)
     code = 0 if report["chosen"] is not None else 1
     if as_json:
         return code, json.dumps(report)

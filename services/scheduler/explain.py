@@ -3,13 +3,18 @@
 API:
     load_cluster(data) -> list[NodeState]     parsed CLUSTER.json -> node states; SnapshotError names the
                                               offending field (``nodes[0].devices[2].devmem: ...``)
-    explain(nodes, pod, policy) -> Report     runs the scheduler's own filter_nodes / fit_pod
+    load_residents(data, nodes) -> {node: [Resident]}   the optional ``pods`` list: who holds the slices
+    pod_priority(manifest) -> (priority, preemptionPolicy)   the pending pod's, from its spec
+    explain(nodes, pod, policy, pending) -> Report   runs the scheduler's own filter_nodes / fit_pod,
+                                              and for a pod that fits nowhere, :mod:`preempt`'s plan
     render_table(report) -> str               the human view
 
 CLUSTER.json: ``{"nodes": [{"name", "annotations", "devices": [{"id", "index", "type", "count", "devmem",
 "devcore", "numa", "mode", "health", "migProfiles", "used", "usedmem", "usedcores", "mig"}]}]}``
 (``migProfiles`` as the register JSON writes it; ``mig``: the placements ``[{"start", "size"}]`` held
-by MIG instances). Unknown fields are ignored;
+by MIG instances), and optionally ``"pods"``: ledger entries as the ``allocations`` bucket holds them
+(``{"pod_uid", "namespace", "name", "node", "devices", "containers", "init_count", "state"}``) plus the
+pod's ``"priority"`` (0 when missing); failed entries hold nothing. Unknown fields are ignored;
 missing usage means 0, missing ``health`` healthy, missing ``count`` the default split count (10). The JSON
 report shape is a stable interface. This module must not read files or print.
 """
@@ -17,18 +22,23 @@ report shape is a stable interface. This module must not read files or print.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from services.scheduler.fit import DEFAULT_POLICIES, NodeFit, NodeState, Policies, filter_nodes, fit_pod
+from services.scheduler.preempt import Plan, Preemption, PreemptionPolicy, Resident, plan
 from shared.annotations import (
     decode_mig_placement,
     decode_mig_profiles,
     encode_mig_allocations,
     encode_pod_devices,
 )
-from shared.errors import AnnotationError, BadInput
+from shared.codec import from_wire
+from shared.errors import AnnotationError, BadInput, EventDecodeError
 from shared.model import (
     PERCENT_UNSET,
+    Allocation,
+    AllocationState,
     ContainerDevice,
     DeviceInfo,
     DeviceUsage,
@@ -81,10 +91,48 @@ class NodeView(TypedDict):
     """Only when the pod gets MIG instances: ``hami.io/vgpu-mig-allocations`` as bind writes it."""
 
 
+class VictimView(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+    priority: int
+    cards: list[str]
+
+
+class NodePreemptionView(TypedDict, total=False):
+    card: str | None
+    """The card every victim holds a slice of; null when they only share the node."""
+    victims: list[VictimView]
+    containers: list[list[DeviceView]]
+    """The pod's devices once the victims are gone."""
+    reason: str
+    """Instead of the rest: why this node has no preemption."""
+
+
+class PreemptionView(TypedDict):
+    priority: int
+    policy: str
+    node: str | None
+    """The node the plan picks; null when none can make room (``reason`` says why)."""
+    reason: str
+    nodes: dict[str, NodePreemptionView]
+
+
 class Report(TypedDict):
     chosen: str | None
     requests: list[RequestView]
     nodes: dict[str, NodeView]
+    preemption: NotRequired[PreemptionView]
+    """Only when the snapshot lists ``pods`` and the pod fits no node: who would have to go."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pending:
+    """What preemption needs to know besides the nodes: who holds slices, and the pod's own standing."""
+
+    residents: Mapping[NodeName, Sequence[Resident]]
+    priority: int = 0
+    policy: str = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
 
 
 def _int(obj: Mapping[str, object], key: str, where: str, default: int | None = None) -> int:
@@ -225,8 +273,73 @@ def _device_view(d: ContainerDevice) -> DeviceView:
     return view
 
 
-def explain(nodes: Sequence[NodeState], pod: PodRequest, policy: Policies = DEFAULT_POLICIES) -> Report:
-    """Filter and score every node exactly as the scheduler does; raises AnnotationError on bad weights."""
+def load_residents(data: object, nodes: Sequence[NodeState]) -> dict[NodeName, list[Resident]] | None:
+    """The snapshot's ``pods`` by node (None when it has none); SnapshotError names a bad field."""
+    if not isinstance(data, dict) or "pods" not in data:
+        return None
+    pods = data["pods"]
+    if not isinstance(pods, list):
+        raise SnapshotError("pods: expected a list")
+    cards = {n.name: {d.id for d in n.devices} for n in nodes}
+    out: dict[NodeName, list[Resident]] = {n.name: [] for n in nodes}
+    for i, raw in enumerate(pods):
+        where = f"pods[{i}]"
+        if not isinstance(raw, dict):
+            raise SnapshotError(f"{where}: expected an object")
+        try:
+            entry = from_wire(Allocation, {k: v for k, v in raw.items() if k != "priority"}, where)
+        except EventDecodeError as e:
+            raise SnapshotError(str(e)) from None
+        priority = raw.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise SnapshotError(f"{where}.priority: expected an integer, got {priority!r}")
+        if entry.node not in cards:
+            raise SnapshotError(f"{where}.node: no node {entry.node!r} in the snapshot")
+        if entry.state is AllocationState.FAILED:
+            continue
+        unknown = sorted({d.uuid for slot in entry.devices for d in slot} - cards[entry.node])
+        if unknown:
+            raise SnapshotError(f"{where}.devices: {unknown[0]} is not a device of node {entry.node}")
+        out[entry.node].append(
+            Resident(
+                uid=entry.pod_uid,
+                namespace=entry.namespace,
+                name=entry.name,
+                priority=priority,
+                devices=entry.devices,
+                init_count=entry.init_count,
+            )
+        )
+    return out
+
+
+def pod_priority(manifest: Mapping[str, object]) -> tuple[int, str]:
+    """The pending pod's ``spec.priority`` (0 when unset) and ``spec.preemptionPolicy``."""
+    spec = manifest.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    priority = spec.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise BadInput(f"spec.priority: expected an integer, got {priority!r}")
+    policy = spec.get("preemptionPolicy") or PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    if policy not in PreemptionPolicy.__members__.values():
+        expected = ", ".join(PreemptionPolicy)
+        raise BadInput(f"spec.preemptionPolicy: expected one of {expected}, got {policy!r}")
+    return priority, str(policy)
+
+
+def explain(
+    nodes: Sequence[NodeState],
+    pod: PodRequest,
+    policy: Policies = DEFAULT_POLICIES,
+    pending: Pending | None = None,
+) -> Report:
+    """Filter and score every node exactly as the scheduler does; raises AnnotationError on bad weights.
+
+    With ``pending`` (who holds the slices, the pod's priority), a pod that fits no node also gets
+    the preemption that would make room (:func:`services.scheduler.preempt.plan`).
+    """
     result = filter_nodes(nodes, pod, policy)
     failed = result.failed_fits()
     views: dict[str, NodeView] = {}
@@ -234,7 +347,40 @@ def explain(nodes: Sequence[NodeState], pod: PodRequest, policy: Policies = DEFA
         nf = failed.get(node.name) or fit_pod(node, pod, policy)
         views[node.name] = _view(nf)
     chosen = result.best.node if result.best is not None else None
-    return Report(chosen=chosen, requests=_requests(pod), nodes=views)
+    report = Report(chosen=chosen, requests=_requests(pod), nodes=views)
+    if pending is not None and chosen is None:
+        found = plan(
+            nodes, pending.residents, pod, pending.priority, preemption_policy=pending.policy, policies=policy
+        )
+        report["preemption"] = _preemption_view(found, pending)
+    return report
+
+
+def _preemption_view(found: Plan, pending: Pending) -> PreemptionView:
+    best = found.best
+    return PreemptionView(
+        priority=pending.priority,
+        policy=pending.policy,
+        node=best.node if best is not None else None,
+        reason=found.reason,
+        nodes={
+            node: _node_preemption(p) if isinstance(p, Preemption) else NodePreemptionView(reason=p)
+            for node, p in found.per_node.items()
+        },
+    )
+
+
+def _node_preemption(p: Preemption) -> NodePreemptionView:
+    return NodePreemptionView(
+        card=p.card,
+        victims=[
+            VictimView(
+                namespace=v.namespace, name=v.name, uid=v.uid, priority=v.priority, cards=sorted(v.cards)
+            )
+            for v in p.victims
+        ],
+        containers=[[_device_view(d) for d in slot] for slot in p.fit.devices],
+    )
 
 
 def _describe(r: RequestView) -> str:
@@ -270,4 +416,25 @@ def render_table(report: Report, pod_name: str = "") -> str:
         mark = "*" if name == chosen else " "
         score = f"{v['score']:6.2f}" if v["fit"] else f"{'-':>6}"  # a score only ranks nodes that fit
         lines.append(f"{name:<{width}} {mark}{'yes' if v['fit'] else 'no ':<3}  {score}  {detail}")
+    if "preemption" in report:
+        lines += _render_preemption(report["preemption"], width)
     return "\n".join(lines)
+
+
+def _render_preemption(view: PreemptionView, width: int) -> list[str]:
+    """Who would have to go, best node first: ``node-a  on GPU-1: ns/a (priority 0), ...``."""
+    head = f"preemption (priority {view['priority']}, {view['policy']}): "
+    chosen = view["node"]
+    lines = [head + (f"room on {chosen} by evicting" if chosen else f"none ({view['reason']})")]
+    rows = sorted(view["nodes"].items(), key=lambda kv: (kv[0] != chosen, "reason" in kv[1], kv[0]))
+    for name, p in rows:
+        if "reason" in p:
+            lines.append(f"  {name:<{width}}  {p['reason']}")
+            continue
+        where = f"on {p.get('card')}" if p.get("card") else "across the node"
+        victims = ", ".join(
+            f"{v['namespace']}/{v['name']} (priority {v['priority']})" for v in p.get("victims", [])
+        )
+        mark = "*" if name == chosen else " "
+        lines.append(f" {mark}{name:<{width}}  {where}: {victims}")
+    return lines

@@ -2,6 +2,10 @@
 // socket for one kubelet: containers "run" without any process. Every CreateContainer request is
 // also written as JSON to --record-dir, so tests can read back the env, mounts and devices that the
 // kubelet passed on from the device plugin's Allocate answer.
+//
+// The upstream fake gives every pod the address 192.168.192.168, which the kubelet's probes would
+// then call; here each pod gets an address of its own in --ip-prefix (a /16 of 127.0.0.0/8, one per
+// node) instead, so nothing a pod spec asks for ever leaves the machine.
 package main
 
 import (
@@ -13,7 +17,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 	kubeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,7 +30,38 @@ import (
 // recorder is the fake runtime with CreateContainer recorded on disk.
 type recorder struct {
 	*fake.RemoteRuntime
-	dir string
+	dir    string
+	prefix string // the first two octets of every pod address, e.g. "127.100"
+
+	mu  sync.Mutex
+	ips map[string]string // sandbox id -> its loopback address
+}
+
+// ipOf gives each sandbox its own loopback address in the node's /16.
+func (r *recorder) ipOf(sandbox string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ip, ok := r.ips[sandbox]; ok {
+		return ip
+	}
+	n := len(r.ips) + 2
+	ip := fmt.Sprintf("%s.%d.%d", r.prefix, (n/254)%256, n%254+1)
+	r.ips[sandbox] = ip
+	return ip
+}
+
+func (r *recorder) PodSandboxStatus(ctx context.Context, req *kubeapi.PodSandboxStatusRequest) (*kubeapi.PodSandboxStatusResponse, error) {
+	resp, err := r.RemoteRuntime.PodSandboxStatus(ctx, req)
+	if err != nil || resp.GetStatus() == nil {
+		return resp, err
+	}
+	status := resp.Status
+	if status.GetLinux().GetNamespaces().GetOptions().GetNetwork() == kubeapi.NamespaceMode_NODE {
+		status.Network = &kubeapi.PodSandboxNetworkStatus{Ip: "127.0.0.1"}
+	} else {
+		status.Network = &kubeapi.PodSandboxNetworkStatus{Ip: r.ipOf(status.GetId())}
+	}
+	return resp, nil
 }
 
 // record is what one CreateContainer request carried that gpubus's tests check.
@@ -66,7 +103,7 @@ func (r *recorder) write(req *kubeapi.CreateContainerRequest, id string) error {
 		Annotations:  cfg.GetAnnotations(),
 	}
 	for _, e := range cfg.GetEnvs() {
-		rec.Envs[e.GetKey()] = e.GetValue()
+		rec.Envs[e.GetKey()] = string(e.GetValue())
 	}
 	for _, m := range cfg.GetMounts() {
 		rec.Mounts = append(rec.Mounts, map[string]string{
@@ -98,6 +135,7 @@ func (r *recorder) write(req *kubeapi.CreateContainerRequest, id string) error {
 func main() {
 	endpoint := flag.String("endpoint", "", "unix socket to serve, as unix:///path/to/cri.sock")
 	recordDir := flag.String("record-dir", "", "directory for one JSON file per created container")
+	ipPrefix := flag.String("ip-prefix", "127.100", "first two octets of the pods' loopback addresses")
 	flag.Parse()
 	if *endpoint == "" {
 		log.Fatal("--endpoint is required")
@@ -107,11 +145,12 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	runtime := &recorder{RemoteRuntime: fake.NewFakeRemoteRuntime(), dir: *recordDir}
+	runtime := &recorder{RemoteRuntime: fake.NewFakeRemoteRuntime(), dir: *recordDir, prefix: *ipPrefix, ips: map[string]string{}}
 	runtime.RuntimeService.FakeStatus = &kubeapi.RuntimeStatus{Conditions: []*kubeapi.RuntimeCondition{
 		{Type: kubeapi.RuntimeReady, Status: true},
 		{Type: kubeapi.NetworkReady, Status: true},
 	}}
+	go forgetCalls(runtime)
 	listener, err := util.CreateListener(*endpoint)
 	if err != nil {
 		log.Fatalf("listen on %s: %v", *endpoint, err)
@@ -128,5 +167,15 @@ func main() {
 	log.Printf("fake CRI runtime serving %s", *endpoint)
 	if err := server.Serve(listener); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// forgetCalls empties the fake's log of every call it served, which it keeps for tests that inspect
+// it and which would otherwise grow for as long as the kubelet polls.
+func forgetCalls(r *recorder) {
+	for range time.Tick(10 * time.Second) {
+		r.RuntimeService.Lock()
+		r.RuntimeService.Called = nil
+		r.RuntimeService.Unlock()
 	}
 }

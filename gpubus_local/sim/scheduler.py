@@ -203,7 +203,10 @@ class SimScheduler:
             self._flush("pod deleted")
         elif self._ours_and_pending(pod):
             if uid not in self._assumed:
+                old = self._pods.get(uid)
                 self._pods[uid] = pod
+                if old is not None and _pod_itself_changed(old, pod):
+                    self.queue.updated(uid)  # kube-scheduler: an unschedulable pod's update requeues it
                 self.queue.add(uid)
         else:
             self._forget(uid)
@@ -420,6 +423,16 @@ class SimScheduler:
         if not task.cancelled() and task.exception() is not None:
             self.stats.errors += 1
             log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+
+def _pod_itself_changed(old: Pod, new: Pod) -> bool:
+    """kube-scheduler's isPodUpdated: anything but status, resourceVersion, generation and
+    managedFields changed."""
+    def strip(pod: Pod) -> dict[str, Any]:
+        meta = {k: v for k, v in (pod.get("metadata") or {}).items()
+                if k not in ("resourceVersion", "generation", "managedFields")}
+        return {**{k: v for k, v in pod.items() if k not in ("status", "metadata")}, "metadata": meta}
+    return strip(old) != strip(new)
 
 
 def _scheduler_name(pod: Pod) -> str:

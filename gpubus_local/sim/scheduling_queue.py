@@ -147,6 +147,14 @@ class SchedulingQueue:
         if timer is not None:
             timer.cancel()
 
+    def updated(self, key: str) -> bool:
+        """The pod itself changed (not only its status): an unschedulable pod moves as by a cluster
+        event (kube-scheduler's UnscheduledPodUpdate); True if it moved."""
+        if key not in self._unschedulable:
+            return False
+        self._move([key])
+        return True
+
     def move_all_to_active_or_backoff(self) -> int:
         """Cluster event: every unschedulable pod to active, or to backoff until its backoff ends.
         Returns how many moved."""

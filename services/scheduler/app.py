@@ -35,6 +35,7 @@ from services.scheduler.pod_cache import PodCache
 from services.scheduler.podconfirm import PodConfirmer
 from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
 from services.scheduler.reconcile import Reconciler
+from services.scheduler.requeue import Requeuer
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
 from shared.bus import Bus, BusSettings, BusStats, Subscription
@@ -83,6 +84,7 @@ class SchedulerApp:
         )
         self.pods = PodCache()
         self.nodes = NodeBook()
+        self.requeuer = Requeuer(None)
         self.port = settings.port
         self._tasks = TaskSet("scheduler", on_fatal)
         self._leader_tasks = TaskSet("scheduler-leader", on_fatal)
@@ -114,6 +116,8 @@ class SchedulerApp:
         await self.bus.ensure_schema()
         if self.kube is None:
             self.kube = await _kube_from(self.settings)
+        patches = self.metrics.requeue_patches
+        self.requeuer = Requeuer(self.kube, on_patch=lambda outcome: patches.labels(outcome).inc())
         self._wire_quotas()
         self._wire_leadership()
         self._wire_binding()
@@ -148,6 +152,7 @@ class SchedulerApp:
             clock=self.clock,
             on_change=self._on_change,
             on_input_error=self.metrics.input_error,
+            on_node_back=lambda node: self.requeuer.nudge(f"node {node} is placeable again"),
         )
         self.binder = Binder(
             state=self.state,
@@ -214,6 +219,7 @@ class SchedulerApp:
         self._tasks.spawn("sweep", self._sweep(), root=True)
         self._tasks.spawn("bind-phase", self.phases.run(), root=True)
         self._tasks.spawn("election", self.election.run(), root=True)
+        self._tasks.spawn("requeue", self.requeuer.run(), root=True)
 
     async def serve(self, lifetime: Lifetime) -> None:
         """Start, serve until the lifetime ends, stop (give the app ``on_fatal=lifetime.fail``)."""
@@ -256,6 +262,7 @@ class SchedulerApp:
             names=self.names,
             confirmer=PodConfirmer(self.kube, self.reconciler.live),
             known_node=lambda name: NodeName(name) in self.ledger or NodeName(name) in self.nodes,
+            requeuer=self.requeuer,
         )
 
     async def _serve(self) -> None:
@@ -315,6 +322,7 @@ class SchedulerApp:
         # forwarded binds first: standbys send them as soon as they see this replica lead, and a
         # bind needs neither the verdicts (replayed from ``since``) nor the pod watch
         await self.forwarder.serve(self.extender.bind_here)
+        self.requeuer.nudge("this replica leads now")
         since = self.clock() - 2 * self.settings.lease_ttl_s
         self._verdicts = await self.reconciler.subscribe_verdicts(since)
         if self.kube is None:

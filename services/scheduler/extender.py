@@ -27,6 +27,7 @@ from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.placement import Placement
 from services.scheduler.pod_cache import PodCache
 from services.scheduler.podconfirm import PodConfirmer
+from services.scheduler.requeue import Requeuer
 from services.scheduler.wire import (
     MAX_BODY_BYTES,
     BadRequestKind,
@@ -109,7 +110,10 @@ class Extender:
         clock: Callable[[], float] = time.time,
         confirmer: PodConfirmer | None = None,
         known_node: Callable[[str], bool] | None = None,
+        requeuer: Requeuer | None = None,
     ) -> None:
+        self._requeuer = requeuer
+        """Told which confirmed pods found no node, and which fit now (see requeue.py)."""
         self._placement = placement
         self._confirmer = confirmer
         """Events name only pods the API server confirms (a /filter body is a claim)."""
@@ -223,6 +227,8 @@ class Extender:
             self._metrics.decisions.labels("filter", "bad_annotation").inc()
             return _json(error_result(f"pod {pod.namespace}/{pod.name}: {e}"))
         self._pods.put(pod.uid, args.pod, pod)
+        if outcome.passed and self._requeuer is not None:
+            self._requeuer.placed(pod.uid)
         if outcome.passed:  # on the node prioritize will rank first (see Binder.provisional)
             first = self._placement.first_choice(pod, outcome.passed, self._clock())
             self._binder.provisional(pod, NodeName(first))
@@ -256,6 +262,8 @@ class Extender:
             self._metrics.input_error("filter", "unknown_node")
         event = PodUnschedulable(namespace=pod.namespace, name=pod.name, uid=pod.uid, reasons=known)
         self._events.emit(event)
+        if self._requeuer is not None:
+            self._requeuer.refused(pod.namespace, pod.name, pod.uid)
 
     async def _prioritize(self, request: web.Request) -> web.Response:
         args, pod = await self._args(request)

@@ -265,6 +265,14 @@ class SchedulerMetrics:
                 registry=r,
             )
         )
+        self.requeue_patches = _Children(
+            Counter(
+                "gpubus_scheduler_requeue_patches",
+                "Refused pods nudged for kube-scheduler to retry, by outcome (patched, gone, failed)",
+                ["outcome"],
+                registry=r,
+            )
+        )
         self.input_errors = _Children(
             Counter(
                 "gpubus_scheduler_input_errors",

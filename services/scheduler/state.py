@@ -52,6 +52,14 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _came_back(held: NodeInventory | None, event: Inventory, now: float) -> bool:
+    """The node was unplaceable (unknown, stale, or a card unhealthy that is healthy now)."""
+    if held is None or held.stale(now):
+        return True
+    sick = {d.id for d in held.devices if not d.health}
+    return any(d.health for d in event.devices if d.id in sick)
+
+
 class State:
     """Keeps a :class:`Ledger` equal to KV; writes the ledger for the leader."""
 
@@ -63,8 +71,12 @@ class State:
         clock: Callable[[], float] = time.time,
         on_change: ChangeCallback | None = None,
         on_input_error: InputErrorCallback = lambda source, kind: None,
+        on_node_back: Callable[[NodeName], None] = lambda node: None,
     ) -> None:
         self.bus = bus
+        self._on_node_back = on_node_back
+        """A node became placeable again: its inventory arrived after none, or after it went stale,
+        or a card of it turned healthy (kube-scheduler cannot see this; see requeue.py)."""
         self.ledger = ledger
         self._clock = clock
         self._on_change = on_change
@@ -161,6 +173,7 @@ class State:
         held = self.ledger.inventory(node)
         if held is not None and seen < held.seen_at and event.generation <= held.generation:
             return
+        back = loaded_at is None and _came_back(held, event, self._clock())
         self.ledger.set_inventory(
             node,
             NodeInventory(
@@ -170,6 +183,8 @@ class State:
                 generation=event.generation,
             ),
         )
+        if back:
+            self._on_node_back(node)
 
     async def _watch_inventory(self, key: str, entry: Entry | None) -> None:
         if entry is None:

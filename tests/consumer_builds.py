@@ -1,4 +1,5 @@
-"""Build the Go and TypeScript consumer examples (examples/consumers/) once per source change.
+"""Build the Go and TypeScript consumer examples (examples/consumers/) once per source change, and
+install the AsyncAPI document's validator (tests/asyncapi/).
 
 The Go binary goes to a cache outside the repo keyed by a digest of its sources (go.mod, go.sum,
 *.go); modules come from the Go module proxy into Go's own module cache. The TypeScript example
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GO_DIR = ROOT / "examples" / "consumers" / "go"
 TS_DIR = ROOT / "examples" / "consumers" / "ts"
 SCHEMAS = ROOT / "docs" / "events" / "schemas"
+ASYNCAPI_DIR = ROOT / "tests" / "asyncapi"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpubus-tests" / "consumers"
 BUILD_TIMEOUT_S = 600
 
@@ -78,12 +80,27 @@ def ts_consumer() -> list[str]:
     lock_key = _digest([TS_DIR / "package-lock.json"])
     key = _digest([TS_DIR / "package.json", TS_DIR / "package-lock.json", TS_DIR / "tsconfig.json",
                    *(TS_DIR / "src").glob("*.ts")])
-    installed, built = TS_DIR / "node_modules" / ".gpubus-installed", TS_DIR / "dist" / ".gpubus-built"
+    built = TS_DIR / "dist" / ".gpubus-built"
     with _locked("ts"):
-        if not installed.exists() or installed.read_text() != lock_key:
-            _run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], TS_DIR)
-            installed.write_text(lock_key)
+        _npm_ci(TS_DIR, lock_key)
         if not built.exists() or built.read_text() != key:
             _run(["node", str(TS_DIR / "node_modules" / "typescript" / "bin" / "tsc"), "-p", "."], TS_DIR)
             built.write_text(key)
     return ["node", str(TS_DIR / "dist" / "consumer.js")]
+
+
+def asyncapi_validator() -> list[str]:
+    """The command that validates an AsyncAPI document with the AsyncAPI Initiative's parser."""
+    _need("node", "npm")
+    with _locked("asyncapi"):
+        _npm_ci(ASYNCAPI_DIR, _digest([ASYNCAPI_DIR / "package-lock.json"]))
+    return ["node", str(ASYNCAPI_DIR / "validate.mjs")]
+
+
+def _npm_ci(project: Path, lock_key: str) -> None:
+    """``npm ci`` (no install scripts) unless node_modules already holds this lockfile's packages."""
+    installed = project / "node_modules" / ".gpubus-installed"
+    if installed.exists() and installed.read_text() == lock_key:
+        return
+    _run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], project)
+    installed.write_text(lock_key)

@@ -335,11 +335,11 @@ class Stack:
             self.tls = ensure_webhook_tls(self.data_dir / "tls")
             if not self.spec.nats_url:
                 extra: tuple[str, ...] = self.spec.nats_args
-                if self.spec.node_identity and self.spec.nats_cluster <= 1:  # one server's config file
+                if self.spec.node_identity:  # every server of a cluster reads the callout's config
                     self.callout = write_callout_files(self.data_dir / "run" / "authn")
                     extra = (*extra, "-c", str(self.callout.nats_conf))
                 self.nats = (EmbeddedCluster(self.data_dir / "nats", size=self.spec.nats_cluster,
-                                             port=self.spec.nats_port, extra_args=self.spec.nats_args)
+                                             port=self.spec.nats_port, extra_args=extra)
                              if self.spec.nats_cluster > 1 else
                              EmbeddedNats(self.data_dir / "nats", port=self.spec.nats_port, extra_args=extra))
                 self._nats_starting = asyncio.create_task(asyncio.to_thread(self.nats.start),

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from gpubus.cloudevents import render_cloudevent
 from gpubus.options import nats_url_problem
 from gpubus.tap import (
     TapFilter,
@@ -41,6 +42,8 @@ def tap(  # noqa: PLR0917 - typer maps parameters to the command line
     node: Annotated[str | None, typer.Option(help="Only events about this node.")] = None,
     pod: Annotated[str | None, typer.Option(help="Only events about this pod (NAMESPACE/NAME).")] = None,
     json_: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    cloudevents: Annotated[bool, typer.Option(
+        "--cloudevents", help="One CloudEvents 1.0 JSON object per line (structured mode).")] = False,
     nats: Annotated[str | None, typer.Option(help="NATS URL (env GPUBUS_BUS_URL).")] = None,
     count: Annotated[int | None, typer.Option(help="Exit after printing this many events.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Exit after this many seconds.")] = None,
@@ -51,8 +54,11 @@ def tap(  # noqa: PLR0917 - typer maps parameters to the command line
             raise ValueError(f"--count {count}: must be at least 1")
         if timeout is not None and not timeout > 0:
             raise ValueError(f"--timeout {timeout}: must be more than 0 seconds")
+        if json_ and cloudevents:
+            raise ValueError("--json and --cloudevents: give one or the other")
         options = TapOptions(subject=full_subject(subject), deliver=replay_from(since, all_, time.time()),
-                             selector=TapFilter.parse(node, pod), as_json=json_, count=count,
+                             selector=TapFilter.parse(node, pod), as_json=json_,
+                             as_cloudevents=cloudevents, count=count,
                              stop_after_s=timeout)
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
@@ -89,11 +95,15 @@ async def run_tap(settings: BusSettings, options: TapOptions) -> None:
 
     async def on_event(event: Event) -> None:
         if options.selector.matches(event):
-            emit(render_json(event) if options.as_json else render_line(event))
+            emit(_render(event, options))
 
     async def on_bad(subject: str, data: bytes, error: EventDecodeError) -> None:
-        if options.selector.matches_subject(subject):
-            emit(render_undecodable(subject, len(data), str(error), as_json=options.as_json))
+        if not options.selector.matches_subject(subject):
+            return
+        if options.as_cloudevents:  # stdout carries CloudEvents only
+            sys.stderr.write(render_undecodable(subject, len(data), str(error), as_json=True) + "\n")
+            return
+        emit(render_undecodable(subject, len(data), str(error), as_json=options.as_json))
 
     bus = await Bus.connect(settings, source="tap")
     try:
@@ -102,3 +112,9 @@ async def run_tap(settings: BusSettings, options: TapOptions) -> None:
             await asyncio.wait_for(done.wait(), options.stop_after_s)
     finally:
         await bus.close()
+
+
+def _render(event: Event, options: TapOptions) -> str:
+    if options.as_cloudevents:
+        return render_cloudevent(event)
+    return render_json(event) if options.as_json else render_line(event)

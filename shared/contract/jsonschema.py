@@ -29,15 +29,14 @@ JsonSchema = dict[str, Any]
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def dataclass_schema(cls: type, *, schema_id: str = "", envelope: dict[str, JsonSchema] | None = None,
-                     skip: tuple[str, ...] = ()) -> JsonSchema:
+def dataclass_schema(cls: type, *, schema_id: str = "", envelope: dict[str, JsonSchema] | None = None
+                     ) -> JsonSchema:
     """The whole document for ``cls``: its object at the root, nested dataclasses under ``$defs``.
 
-    ``envelope``: properties put first and required (an event's ``kind`` and ``v``); ``skip``:
-    fields left out (none today; kept for entries that store less than the class).
+    ``envelope``: properties put first and required (an event's ``kind`` and ``v``).
     """
     defs: dict[str, JsonSchema] = {}
-    root = _object(cls, defs, skip)
+    root = _object(cls, defs)
     if envelope:
         root["properties"] = {**envelope, **root["properties"]}
         root["required"] = [*envelope, *root.get("required", [])]
@@ -51,14 +50,12 @@ def dataclass_schema(cls: type, *, schema_id: str = "", envelope: dict[str, Json
     return doc
 
 
-def _object(cls: type, defs: dict[str, JsonSchema], skip: tuple[str, ...] = ()) -> JsonSchema:
+def _object(cls: type, defs: dict[str, JsonSchema]) -> JsonSchema:
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     properties: dict[str, JsonSchema] = {}
     required: list[str] = []
     for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
         prop = type_schema(hints[f.name], defs)
         if f.name in docs:
             prop = {"description": docs[f.name], **prop}

@@ -1,4 +1,5 @@
-"""Dashboard figures at 1000 nodes x 8 cards: start-up fold, page loads, push latency, time travel.
+"""Dashboard figures at 1000 nodes x 8 cards: start-up fold, page loads, push latency, time travel,
+every page navigated to and drawn in Chromium (p99), the 24 h charts drawn, RSS.
 
 The cluster's state is fed to a private nats-server directly (1000 simulated nodes under
 ``gpubus up`` need more than this machine's 2 cores): 1000 inventories and ~24,000 allocations
@@ -8,7 +9,10 @@ usage samples at the monitors' rate (1000 nodes / 15 s = 67 events/s), it measur
 /readyz (seed + fold of the stream's history); page loads (shell + page JSON) per page; the
 latency from publishing an ``allocation.decided`` to a live page pushed over server-sent events
 showing the pod; a time-travel rebuild from the stream's start; and, where Debian's Chromium and
-Playwright are installed, the browser's time to a drawn page. Prints figures; asserts nothing.
+Playwright are installed, the browser's time from navigation to a drawn page (charts included),
+20 times a page, and the charts of the last 24 h drawn from full rings (an in-process dashboard on
+the same stream whose rings are filled directly: a bench's stream cannot hold a day of samples).
+Prints figures; asserts nothing.
 
 Run: ``.venv/bin/python bench/dashboard.py [NODES] [CARDS] [PODS_PER_CARD] [--smoke]`` (``--smoke``: 10
 nodes x 4 cards, no browser, to prove it runs).
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import random
 import statistics
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
+from array import array
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -34,9 +40,14 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from asyncwait import wait_until  # noqa: E402
 from natsproc import NatsServerProcess  # noqa: E402
 
 from gpubus_local.natsserver import free_port  # noqa: E402
+from services.dashboard.app import Dashboard  # noqa: E402
+from services.dashboard.settings import DashboardSettings  # noqa: E402
+from services.dashboard.trends import Scope, Trends, card_samples, node_samples, total  # noqa: E402
+from services.dashboard.view import CLUSTER_WIDE, ClusterView  # noqa: E402
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings  # noqa: E402
 from shared.events import (  # noqa: E402
     AllocationDecided,
@@ -183,7 +194,26 @@ async def background_usage(bus: Bus, nodes: int, cards: int, per_card: int, stop
     return sent
 
 
-async def browser_loads(base: str, nodes: int) -> None:
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def browser_pages(nodes: int) -> dict[str, tuple[str, str]]:
+    """label -> (path, what shows the page drawn): charts drawn where the page has them."""
+    middle = node_name(nodes // 2)
+    charts = "figure.chart[data-chart='cores'].drawn canvas"
+    return {"overview (tiles, tables, charts)": ("/", f"main[data-page='overview'] {charts}"),
+            "nodes (50 nodes, 400 card bars)": ("/nodes", "main[data-page='nodes'] [data-card]"),
+            "node (cards, charts)": (f"/nodes/{middle}", f"main[data-page='node'] {charts}"),
+            "card (slices, charts)": (f"/cards/GPU-{middle}-3", f"main[data-page='card'] {charts}"),
+            "pods (50 per page)": ("/pods", "main[data-page='pods'] tr[data-pod]"),
+            "pod": (f"/pods/bench/p-{nodes // 2}-3-0", "main[data-page='pod'] [data-card]"),
+            "events": ("/events", "main[data-page='events']")}
+
+
+async def browser_loads(base: str, pages: dict[str, tuple[str, str]], runs: int,
+                        shot: Path | None = None) -> None:
+    """Navigate -> drawn (the page's data fetched over SSE, rendered, its charts drawn), per page."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
@@ -192,24 +222,75 @@ async def browser_loads(base: str, nodes: int) -> None:
     if not os.access(CHROMIUM, os.X_OK):
         print(f"  browser: no {CHROMIUM}, skipped")
         return
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
     with tempfile.TemporaryDirectory() as profile:
         async with async_playwright() as pw:
-            context = await pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM,
-                                                                  headless=True, args=flags)
+            context = await pw.chromium.launch_persistent_context(
+                profile, executable_path=CHROMIUM, headless=True, args=BROWSER_FLAGS,
+                viewport={"width": 1400, "height": 1000})
             page = await context.new_page()
-            for label, path, selector in (("overview", "/", "h1:text('Overview')"),
-                                          ("nodes (50 nodes, 400 card bars)", "/nodes", "[data-card]"),
-                                          ("node", f"/nodes/{node_name(nodes // 2)}", "[data-card]")):
+            for label, (path, selector) in pages.items():
                 times = []
-                for _ in range(5):
+                for _ in range(runs):
                     t = time.perf_counter()
                     await page.goto(f"{base}{path}")
-                    await page.wait_for_selector(selector)
+                    await page.wait_for_selector(selector, timeout=60_000)
                     times.append(time.perf_counter() - t)
-                print(f"  browser: navigate -> drawn {label:<32} {ms(times)}")
+                charted = "chart" in selector
+                points = await page.get_attribute("figure.chart", "data-points") if charted else None
+                extra = f"  ({points} points a series)" if points else ""
+                print(f"  browser: navigate -> drawn {label:<34} {ms(times)}  max {max(times) * 1e3:7.1f} ms"
+                      f"{extra}")
+                if shot is not None:  # the first page, as drawn
+                    await page.screenshot(path=str(shot), full_page=True)
+                    print(f"  screenshot of {label}: {shot}")
+                    shot = None
             await context.close()
+
+
+def fill_day(trends: Trends, view: ClusterView, now: float) -> None:
+    """Every ring full up to ``now`` with the view's present totals (a sine on what is used): what a
+    dashboard that has run for a week holds. Written into the rings directly, for the drawing only."""
+    for ring in trends.rings.values():
+        step, points = ring.tier.step_s, ring.tier.points
+        last = math.floor(now / step) - 1
+        ring.times = array("d", [(last - k) * step for k in range(points)])
+        cards = list(card_samples(view))
+        scopes = {Scope.CLUSTER: [(CLUSTER_WIDE, total(r for _, _, r in cards))],
+                  Scope.NODE: list(node_samples(view, cards).items()),
+                  Scope.CARD: [(uuid, row) for uuid, _, row in cards]}
+        for key, row in scopes[ring.tier.scope]:
+            wave = array("f")
+            for k in range(points):
+                used = 0.5 + 0.4 * math.sin(k / 12)
+                wave.extend((row[0], row[1], row[1] * used, row[3], row[4], row[4] * used))
+            ring.values[key] = wave
+
+
+async def charts_day(reader: Bus, nodes: int, runs: int, shot: Path | None) -> None:
+    """The 24 h charts drawn, on an in-process dashboard whose rings are filled (the stream of a
+    bench cannot hold a day of real samples)."""
+    dashboard = await Dashboard.start(DashboardSettings(bind="127.0.0.1", port=0), reader)
+    try:
+        await wait_until(dashboard.ready, 600, what="the in-process dashboard caught up")
+        fill_day(dashboard.timeline.trends, dashboard.timeline.view, time.time())
+        middle = node_name(nodes // 2)
+        charts = "figure.chart[data-chart='cores'].drawn canvas"
+        await browser_loads(f"http://127.0.0.1:{dashboard.port}", {
+            "overview, last 24 h": ("/?range=day", f"main[data-page='overview'] {charts}"),
+            "overview, last hour": ("/?range=hour", f"main[data-page='overview'] {charts}"),
+            "node, last 24 h": (f"/nodes/{middle}?range=day", f"main[data-page='node'] {charts}"),
+            "card, last hour": (f"/cards/GPU-{middle}-3", f"main[data-page='card'] {charts}")}, runs, shot)
+    finally:
+        await dashboard.close()
+
+
+async def full_charts(url: str, nodes: int, shot: Path | None) -> None:
+    print("charts over full rings (filled in-process to a week: 24 h = 288 points a series):")
+    reader = await Bus.connect(BusSettings(url=url, name="bench-charts"), source="bench")
+    try:
+        await charts_day(reader, nodes, 10, shot)
+    finally:
+        await reader.close()
 
 
 def rss_mib(pid: int) -> float:
@@ -219,7 +300,8 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-async def main(nodes: int, cards: int, per_card: int, rounds: int = 20, browser: bool = True) -> None:
+async def main(nodes: int, cards: int, per_card: int, *, rounds: int = 20, browser: bool = True,
+               shot: Path | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = NatsServerProcess(Path(tmp) / "nats")
         server.start()
@@ -254,7 +336,7 @@ async def main(nodes: int, cards: int, per_card: int, rounds: int = 20, browser:
                 await page_loads(session, base, nodes)
                 await push_latency(bus, session, base, nodes=nodes, cards=cards, rounds=rounds)
                 if browser:
-                    await browser_loads(base, nodes)
+                    await browser_loads(base, browser_pages(nodes), 20)
                 stop.set()
                 sent = await traffic
                 t = time.perf_counter()
@@ -264,6 +346,8 @@ async def main(nodes: int, cards: int, per_card: int, rounds: int = 20, browser:
                 print(f"time travel (a rebuild folding the whole stream, ~{pods + nodes * 2 + sent:,} "
                       f"events): {time.perf_counter() - t:.1f}s")
                 print(f"dashboard RSS after the run: {rss_mib(proc.pid):,.0f} MiB")
+                if browser:
+                    await full_charts(server.url, nodes, shot)
             await bus.close()
         finally:
             if proc is not None and proc.returncode is None:
@@ -276,6 +360,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, help="NODES CARDS PODS_PER_CARD (1000 8 3)")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--screenshot", type=Path, help="save the overview's 24 h page, as drawn, here (PNG)")
     args = parser.parse_args()
     sizes = [10, 4, 1] if args.smoke else args.sizes[:3] + [1000, 8, 3][len(args.sizes[:3]):]
-    asyncio.run(main(*sizes, rounds=3 if args.smoke else 20, browser=not args.smoke))
+    asyncio.run(main(sizes[0], sizes[1], sizes[2], rounds=3 if args.smoke else 20, browser=not args.smoke,
+                     shot=args.screenshot))

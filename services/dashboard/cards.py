@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.dashboard.view import ClusterView, NodeState, PodState, pods_on
+from services.dashboard.view import NO_USE, ClusterView, NodeState, PodState, pods_on
 from shared.model import DeviceInfo
 
 _MIB = 1 << 20
@@ -95,7 +95,7 @@ def find_card(view: ClusterView, uuid: str) -> CardStats | None:
 
 def _slices(view: ClusterView, pod: PodState, uuid: str) -> list[SliceView]:
     assert pod.allocation is not None
-    used = view.usage.get(pod.uid, {})
+    used = view.usage.get(pod.uid, NO_USE).used
     a = pod.allocation
     out = []
     for container, slot in zip(a.containers, a.devices, strict=False):

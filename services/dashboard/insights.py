@@ -84,23 +84,33 @@ def types(cards: Iterable[CardStats]) -> list[Json]:
 
 
 def idle(view: ClusterView, *, now: float, after_s: float, limit: int = 20) -> Json:
-    """Slices held by pods whose SM use stayed under the idle threshold for ``after_s`` or more,
-    most memory held first."""
-    rows: list[Json] = []
-    for uid, since in view.idle_since.items():
+    """Slices held by pods whose SM use stayed under the idle threshold for ``after_s`` or more:
+    their count and totals, and the ``limit`` holding the most memory (rows built only for those)."""
+    count = mem = cores = 0
+    top: list[tuple[int, str, str, int, int, str, str, float]] = []
+    for uid, use in view.usage.items():
+        since = use.idle_since
+        if not since:
+            continue
         key = view.by_uid.get(uid)
         pod = view.pods.get(key) if key is not None else None
         if pod is None or pod.allocation is None or now - since < after_s:
             continue
-        used = view.usage.get(uid, {})
         for container, slot in zip(pod.allocation.containers, pod.allocation.devices, strict=False):
             for d in slot:
-                rows.append({"pod": f"{pod.namespace}/{pod.name}", "container": container, "uuid": d.uuid,
-                             "node": pod.allocation.node, "mem": d.usedmem, "cores": d.usedcores,
-                             "used": used.get((container, d.uuid), 0) >> 20, "idle_s": round(now - since)})
-    rows.sort(key=lambda r: (-int(r["mem"]), str(r["pod"])))
-    return {"count": len(rows), "mem": sum(r["mem"] for r in rows), "cores": sum(r["cores"] for r in rows),
-            "slices": rows[:limit], "after_s": after_s}
+                count, mem, cores = count + 1, mem + d.usedmem, cores + d.usedcores
+                row = (d.usedmem, uid, container, d.usedcores, d.idx, d.uuid, pod.allocation.node, since)
+                if len(top) < limit:
+                    heapq.heappush(top, row)
+                elif row > top[0]:
+                    heapq.heapreplace(top, row)
+    rows = []
+    for used_mem, uid, container, used_cores, _, uuid, node, since in sorted(top, reverse=True):
+        pod = view.pods[view.by_uid[uid]]
+        used = view.usage[uid].used.get((container, uuid), 0) >> 20
+        rows.append({"pod": f"{pod.namespace}/{pod.name}", "container": container, "uuid": uuid, "node": node,
+                     "mem": used_mem, "cores": used_cores, "used": used, "idle_s": round(now - since)})
+    return {"count": count, "mem": mem, "cores": cores, "slices": rows, "after_s": after_s}
 
 
 def fragmentation(cards: Iterable[CardStats]) -> Json:

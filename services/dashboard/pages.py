@@ -19,7 +19,7 @@ from services.dashboard.cards import CardStats, SliceView, all_cards, card_stats
 from services.dashboard.errors import BadQuery, NotFound
 from services.dashboard.feed import Feed, FeedEntry, FeedFilter
 from services.dashboard.trends import Range, Scope, Trends, series_json
-from services.dashboard.view import CLUSTER_WIDE, ClusterView, FinishedPod, NodeState, Phase, PodState
+from services.dashboard.view import CLUSTER_WIDE, NO_USE, ClusterView, FinishedPod, NodeState, Phase, PodState
 
 Json = dict[str, Any]
 PAGE_SIZE = 50
@@ -115,10 +115,11 @@ class _Ctx:
 
 def _overview(c: _Ctx) -> Json:
     cards = all_cards(c.view)
-    phases = dict.fromkeys((p.value for p in Phase), 0)
+    counts = dict.fromkeys(Phase, 0)
     for pod in c.view.pods.values():
         if c.shown(pod):
-            phases[pod.phase.value] += 1
+            counts[pod.phase] += 1
+    phases = {p.value: n for p, n in counts.items()}
     totals = insights.node_totals(c.view, cards)
     return {"page": "overview", "range": c.range().value, "chart": c.chart(Scope.CLUSTER, CLUSTER_WIDE),
             "finished": sum(1 for f in c.view.finished.values() if c.kept(f)),
@@ -242,14 +243,14 @@ def _slice(x: SliceView) -> Json:
 
 def _pod(c: _Ctx, p: PodState) -> Json:
     a = p.allocation
-    used = c.view.usage.get(p.uid, {})
+    use = c.view.usage.get(p.uid, NO_USE)
+    used = use.used
     cards: list[Json] = [] if a is None else [
         {"uuid": d.uuid, "container": name, "mem": d.usedmem, "cores": d.usedcores,
          "used": used.get((name, d.uuid), 0) >> 20}
         for name, slot in zip(a.containers, a.devices, strict=False) for d in slot]
-    util = c.view.util.get(p.uid, {})
     for card in cards:
-        card["sm"] = round(100 * util.get((card["container"], card["uuid"]), 0.0), 1)
+        card["sm"] = round(100 * use.util.get((card["container"], card["uuid"]), 0.0), 1)
     return {"namespace": p.namespace, "name": p.name, "uid": p.uid, "phase": p.phase.value,
             "node": a.node if a is not None else "", "cards": cards, "limits": _limits(p.requests),
             "reasons": [{"node": n, "reason": r} for n, r in sorted(p.reasons.items())],

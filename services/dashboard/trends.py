@@ -148,9 +148,9 @@ class Trends:
         longest = RANGE_S[Range.WEEK]
         if until - self._next > longest:  # a long silence: only the last week can still be shown
             self._next += math.floor((until - self._next - longest) / self.base_step_s) * self.base_step_s
-        cards = list(_card_samples(view))
-        nodes = _node_samples(view, cards)
-        cluster = _total(row for _, _, row in cards)
+        cards = list(card_samples(view))
+        nodes = node_samples(view, cards)
+        cluster = total(row for _, _, row in cards)
         while self._next <= until:
             self._sample(self._next, cluster, nodes, cards)
             self._next += self.base_step_s
@@ -173,7 +173,7 @@ class Trends:
         return ring.read(key, until)
 
 
-def _card_samples(view: ClusterView) -> Iterator[tuple[str, str, tuple[float, ...]]]:
+def card_samples(view: ClusterView) -> Iterator[tuple[str, str, tuple[float, ...]]]:
     """(card UUID, node, the six metrics) of every card now."""
     for node in view.nodes.values():
         for d in node.devices:
@@ -185,7 +185,7 @@ def _card_samples(view: ClusterView) -> Iterator[tuple[str, str, tuple[float, ..
 CardRow = tuple[str, str, tuple[float, ...]]
 
 
-def _node_samples(view: ClusterView, cards: list[CardRow]) -> dict[str, tuple[float, ...]]:
+def node_samples(view: ClusterView, cards: list[CardRow]) -> dict[str, tuple[float, ...]]:
     per_node: dict[str, list[float]] = {}
     for _, node, row in cards:
         acc = per_node.get(node)
@@ -197,7 +197,7 @@ def _node_samples(view: ClusterView, cards: list[CardRow]) -> dict[str, tuple[fl
     return {n: tuple(v) for n, v in per_node.items()}
 
 
-def _total(rows: Iterable[tuple[float, ...]]) -> tuple[float, ...]:
+def total(rows: Iterable[tuple[float, ...]]) -> tuple[float, ...]:
     acc = [0.0] * WIDTH
     for row in rows:
         for i in range(WIDTH):

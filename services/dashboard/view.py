@@ -97,6 +97,8 @@ class PodState:
     uid: str
     created_at: float = 0.0
     """When it was first known: its admission under this name, else its first scheduler event."""
+    placed_at: float = 0.0
+    """When it was first placed (0: never)."""
     phase: Phase = Phase.PENDING
     allocation: Allocation | None = None
     requests: tuple[ContainerRequest | None, ...] = ()
@@ -110,6 +112,24 @@ class PodState:
     @property
     def key(self) -> PodKey:
         return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodUse:
+    """What a pod's containers use, by its newest usage sample, and the most they have used: one
+    value per pod, replaced whole, so a checkpoint copies one dict however much is tracked."""
+
+    used: Mapping[SliceKey, int]
+    """Bytes used per slice."""
+    util: Mapping[SliceKey, float]
+    """SM utilisation 0..1 per slice."""
+    peak: Mapping[SliceKey, tuple[int, float]]
+    """The most bytes and SM utilisation each slice has shown."""
+    idle_since: float = 0.0
+    """``ts`` of the first sample of its current run under ``IDLE_UTIL`` (0: busy)."""
+
+
+NO_USE = PodUse(used={}, util={}, peak={})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,18 +194,10 @@ class ClusterView:
     """Card UUID -> bytes its pods use, by their newest usage samples."""
     health: dict[str, tuple[bool, str]] = field(default_factory=dict)
     """Card UUID -> (healthy, reason) from ``device.health``, newer than the inventory's flag."""
-    usage: dict[str, Mapping[SliceKey, int]] = field(default_factory=dict)
-    """Pod UID -> {(container, card UUID): bytes used} from the newest ``usage.sample``."""
-    util: dict[str, Mapping[SliceKey, float]] = field(default_factory=dict)
-    """Pod UID -> {(container, card UUID): SM utilisation 0..1} from the newest ``usage.sample``."""
-    peak: dict[str, Mapping[SliceKey, tuple[int, float]]] = field(default_factory=dict)
-    """Pod UID -> the most bytes and SM utilisation each slice has shown (kept for its history)."""
+    usage: dict[str, PodUse] = field(default_factory=dict)
+    """Pod UID -> what it uses, from its newest ``usage.sample`` (and the most it has used)."""
     card_util: dict[str, float] = field(default_factory=dict)
     """Card UUID -> SM utilisation 0..1 of the whole card (host sample, else its containers' sum)."""
-    idle_since: dict[str, float] = field(default_factory=dict)
-    """Pod UID -> ``ts`` of the first sample of its current run of samples under ``IDLE_UTIL``."""
-    placed_at: dict[str, float] = field(default_factory=dict)
-    """Pod UID -> ``ts`` of its first placement (how long a finished pod ran)."""
     admissions: dict[PodKey, Admission] = field(default_factory=dict)
     finished: dict[PodKey, FinishedPod] = field(default_factory=dict)
     """Released pods, oldest release first, for ``finished_retention_s`` of stream time."""
@@ -304,9 +316,8 @@ class ClusterView:
         if base.allocation is not None:
             self._unindex(base.uid, base.allocation)
         self.pods[key] = dataclasses.replace(base, phase=phase, allocation=a, reasons={}, failure="",
-                                             updated_at=ts)
+                                             updated_at=ts, placed_at=base.placed_at or ts)
         self.by_uid[a.pod_uid] = key
-        self.placed_at.setdefault(a.pod_uid, ts)
         self.finished.pop(key, None)  # the live pod of that name is the one its page shows
         for uuid in {u for u, _, _ in _cards_of(a)}:
             self.on_card[uuid] = self.on_card.get(uuid, frozenset()) | {a.pod_uid}
@@ -341,8 +352,8 @@ class ClusterView:
         self.finished.pop(pod.key, None)
         self.finished[pod.key] = FinishedPod(
             namespace=pod.namespace, name=pod.name, uid=pod.uid, allocation=a, requests=pod.requests,
-            created_at=pod.created_at, placed_at=self.placed_at.get(pod.uid, pod.updated_at), ended_at=e.ts,
-            why=e.why, peak=self.peak.get(pod.uid, {}))
+            created_at=pod.created_at, placed_at=pod.placed_at or pod.updated_at, ended_at=e.ts,
+            why=e.why, peak=self.usage.get(pod.uid, NO_USE).peak)
         horizon = e.ts - self.finished_retention_s
         while self.finished:
             oldest = next(iter(self.finished.values()))
@@ -373,17 +384,14 @@ class ClusterView:
                 self._point(card.id, e.ts)
 
     def _sample(self, uid: str, used: dict[SliceKey, int], util: dict[SliceKey, float], ts: float) -> None:
-        self.usage[uid] = used
-        self.util[uid] = util
-        peak = dict(self.peak.get(uid, {}))
+        old = self.usage.get(uid, NO_USE)
+        peak = dict(old.peak)
         for k, b in used.items():
             top_b, top_u = peak.get(k, (0, 0.0))
             peak[k] = (max(top_b, b), max(top_u, util.get(k, 0.0)))
-        self.peak[uid] = peak
-        if max(util.values(), default=0.0) < IDLE_UTIL:
-            self.idle_since.setdefault(uid, ts)
-        else:
-            self.idle_since.pop(uid, None)
+        idle = max(util.values(), default=0.0) < IDLE_UTIL
+        self.usage[uid] = PodUse(used=used, util=util, peak=peak,
+                                 idle_since=(old.idle_since or ts) if idle else 0.0)
 
     def _over_limit(self, e: UsageOverLimit) -> None:
         if e.pod_uid in self.by_uid:
@@ -402,8 +410,7 @@ class ClusterView:
             self._unindex(pod.uid, pod.allocation)
         if pod is not None:
             self.by_uid.pop(pod.uid, None)
-            for per_pod in (self.usage, self.util, self.peak, self.idle_since, self.placed_at):
-                per_pod.pop(pod.uid, None)
+            self.usage.pop(pod.uid, None)
             self.over_limit.pop(pod.uid, None)
             if pod.allocation is not None:
                 cards = {u for u, _, _ in _cards_of(pod.allocation)}
@@ -457,15 +464,15 @@ def used_bytes_on(view: ClusterView, uuid: str) -> int:
     """Bytes the pods placed on card ``uuid`` use on it, by their newest usage samples."""
     total = 0
     for uid in view.on_card.get(uuid, ()):
-        for (_, card), used in view.usage.get(uid, {}).items():
+        for (_, card), used in view.usage.get(uid, NO_USE).used.items():
             if card == uuid:
                 total += used
     return total
 
 
 def _util_on(view: ClusterView, uuid: str) -> float:
-    return sum(u for uid in view.on_card.get(uuid, ()) for (_, card), u in view.util.get(uid, {}).items()
-               if card == uuid)
+    return sum(u for uid in view.on_card.get(uuid, ())
+               for (_, card), u in view.usage.get(uid, NO_USE).util.items() if card == uuid)
 
 
 def pods_on(view: ClusterView, uuid: str) -> list[PodState]:

@@ -16,13 +16,15 @@ from shared.config import SettingsError
 
 
 @pytest.mark.parametrize("bad", [{"push_interval_s": 0.0}, {"checkpoint_interval_s": -1.0}, {"feed_size": 0},
-                                 {"history_s": -5.0}, {"max_streams": 0}])
+                                 {"history_s": -5.0}, {"max_streams": 0}, {"trend_step_s": 0.0},
+                                 {"finished_retention_s": -1.0}, {"idle_after_s": -1.0}])
 def test_settings_refuse_values_that_cannot_work(bad: dict[str, float]) -> None:
     with pytest.raises(SettingsError):
         DashboardSettings(**bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("args", [["--push-interval", "0"], ["--port", "many"], ["--history", "nan"]])
+@pytest.mark.parametrize("args", [["--push-interval", "0"], ["--port", "many"], ["--history", "nan"],
+                                  ["--trend-step", "0"], ["--finished-retention", "-1"], ["--idle-after", "x"]])
 def test_a_bad_flag_is_a_usage_error_before_anything_starts(args: list[str]) -> None:
     result = CliRunner().invoke(app, ["dashboard", "--nats", "nats://127.0.0.1:1", *args])
     assert result.exit_code == 2, result.output

@@ -143,3 +143,21 @@ def release(
 ) -> dict[DeviceUUID, DeviceUsage]:
     """Per-device usage with a pod's collapsed contribution taken away."""
     return apply(usage, devices, init_count, sign=-1)
+
+
+def release_collapsed(
+    usage: Mapping[DeviceUUID, DeviceUsage], pods: Iterable[Mapping[DeviceUUID, DeviceUsage]]
+) -> dict[DeviceUUID, DeviceUsage]:
+    """Per-device usage with several pods taken away, each given as its collapsed contribution
+    (``collapse_usage``, computed once by a caller that tries many sets of pods)."""
+    out = dict(usage)
+    for contribution in pods:
+        for uuid, sub in contribution.items():
+            cur = out.get(uuid, IDLE)
+            out[uuid] = DeviceUsage(
+                used=max(cur.used - sub.used, 0),
+                usedmem=max(cur.usedmem - sub.usedmem, 0),
+                usedcores=max(cur.usedcores - sub.usedcores, 0),
+                mig=_without(cur.mig, sub.mig),
+            )
+    return out

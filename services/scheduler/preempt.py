@@ -14,9 +14,10 @@ Rules, in order:
   the node. Evicting a pod frees all of its slices, on every card it holds.
 - Ties: the lowest highest victim priority, then the lowest priority sum, then names; across nodes
   the same, then the node name.
-- Exact search over subsets, smallest first, within :data:`SEARCH_BUDGET` Fit runs per node;
-  beyond it, lowest priority first until the pod fits, then every victim not needed is spared (a
-  minimal set, maybe not the smallest).
+- Exact search over subsets, smallest first, within :data:`SEARCH_BUDGET` per node and
+  :data:`PLAN_BUDGET` per plan; beyond them, lowest priority first until the pod fits, then every
+  victim not needed is spared (a minimal set, maybe not the smallest). Sets that leave the node's
+  usage the same (pods of one shape) share one Fit run.
 
 PodDisruptionBudgets and graceful termination are the eviction's business, not this module's.
 Pure: no I/O, no clocks; Fit is the scheduler's own (:func:`fit_pod`).
@@ -29,11 +30,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import combinations
 
-from services.scheduler.fit import DEFAULT_POLICIES, NodeFit, NodeState, Policies, fit_pod
-from shared.model import DeviceUUID, NodeName, PodDevices, PodRequest, PodUID
+from services.scheduler.fit import DEFAULT_POLICIES, NodeFit, NodeState, Policies, filter_nodes, fit_pod
+from services.scheduler.nodestate import release_collapsed
+from shared.annotations import collapse_usage
+from shared.model import DeviceUsage, DeviceUUID, NodeName, PodDevices, PodRequest, PodUID
 
-#: Fit runs one node's exact search may spend before it turns greedy.
-SEARCH_BUDGET = 2048
+#: What one node's exact search may spend before it turns greedy: a Fit run costs 64 (about 50-100 us
+#: on a node of 8 cards), a set of victims whose shapes were judged already 1 (a few us).
+SEARCH_BUDGET = 16384
+#: What the exact searches of one plan may spend together; past it every node is searched greedily.
+PLAN_BUDGET = 131072
+_RUN, _SEEN = 64, 1
 
 
 class PreemptionPolicy(StrEnum):
@@ -101,11 +108,15 @@ def plan(
     policies: Policies = DEFAULT_POLICIES,
 ) -> Plan:
     """Who would have to go, on which node and card, for ``pod`` (of ``priority``) to fit."""
-    if any(fit_pod(n, pod, policies).fit for n in nodes):
+    if filter_nodes(nodes, pod, policies, choose=False).fits:
         return Plan(best=None, per_node={}, reason=FITS_ALREADY)
     if preemption_policy == PreemptionPolicy.NEVER:
         return Plan(best=None, per_node={n.name: NEVER for n in nodes}, reason=NEVER)
-    per_node = {n.name: on_node(n, residents.get(n.name, ()), pod, priority, policies) for n in nodes}
+    left = [PLAN_BUDGET]
+    per_node = {
+        n.name: on_node(n, residents.get(n.name, ()), pod, priority, policies, shared_budget=left)
+        for n in nodes
+    }
     found = [p for p in per_node.values() if isinstance(p, Preemption)]
     if not found:
         return Plan(best=None, per_node=per_node, reason="no node can make room by preemption")
@@ -118,91 +129,108 @@ def on_node(
     pod: PodRequest,
     priority: int,
     policies: Policies = DEFAULT_POLICIES,
+    *,
+    shared_budget: list[int] | None = None,
 ) -> Preemption | str:
-    """The best preemption on one node where ``pod`` does not fit as it is, or why there is none."""
+    """The best preemption on one node where ``pod`` does not fit as it is, or why there is none.
+
+    ``shared_budget`` (one mutable count) is what the exact searches of a whole plan may still spend.
+    """
     candidates = sorted((r for r in residents if r.priority < priority), key=_victim_order)
     if not candidates:
         return NO_CANDIDATES
-    budget = [SEARCH_BUDGET]
+    shared = shared_budget if shared_budget is not None else [PLAN_BUDGET]
+    budget = [min(SEARCH_BUDGET, shared[0])]
+    usage = node.usage_map()
+    held = {r.uid: collapse_usage(r.devices, r.init_count) for r in candidates}
 
-    def fits(victims: Iterable[Resident]) -> NodeFit | None:
-        budget[0] -= 1
-        state = node
-        for v in victims:
-            state = state.without_pod(v.devices, v.init_count)
-        nf = fit_pod(state, pod, policies)
-        return nf if nf.fit else None
+    # pods of one shape free the same usage: a set is judged by the multiset of its victims' shapes
+    shapes: dict[tuple[tuple[DeviceUUID, DeviceUsage], ...], int] = {}
+    shape = {r.uid: shapes.setdefault(tuple(sorted(held[r.uid].items())), len(shapes)) for r in candidates}
+    judged: dict[tuple[int, ...], bool] = {}
 
-    if fits(candidates) is None:
+    def without(victims: Iterable[Resident]) -> NodeState:
+        freed = release_collapsed(usage, (held[v.uid] for v in victims))
+        return NodeState.from_usage(node.name, node.devices, freed, node.annotations)
+
+    def fits(victims: Iterable[Resident]) -> bool:
+        chosen = list(victims)
+        key = tuple(sorted(shape[v.uid] for v in chosen))
+        answer = judged.get(key)
+        cost = _SEEN if answer is not None else _RUN
+        budget[0] -= cost
+        shared[0] -= cost
+        if answer is None:
+            answer = judged[key] = bool(filter_nodes([without(chosen)], pod, policies, choose=False).fits)
+        return answer
+
+    if not fits(candidates):
         return NOT_ENOUGH
     by_card: dict[DeviceUUID, list[Resident]] = {}
     for r in candidates:
         for card in sorted(r.cards):
             by_card.setdefault(card, []).append(r)
-    options = [
-        _smallest(node.name, card, held, fits, budget)
-        for card, held in sorted(by_card.items())
-        if fits(held) is not None
+    found = [
+        option
+        for card, on_card in sorted(by_card.items())
+        if fits(on_card) and (option := _smallest(card, on_card, fits, budget)) is not None
     ]
-    found = [o for o in options if o is not None]
-    if found:
-        return min(found, key=_rank)
-    return _smallest(node.name, None, candidates, fits, budget) or NOT_ENOUGH
+    best = min(found, key=_victim_rank) if found else _smallest(None, candidates, fits, budget)
+    if best is None:
+        return NOT_ENOUGH
+    fit = fit_pod(without(best[1]), pod, policies)
+    return Preemption(node=node.name, card=best[0], victims=best[1], fit=fit)
+
+
+_Victims = tuple[DeviceUUID | None, tuple[Resident, ...]]
 
 
 def _smallest(
-    node: NodeName,
     card: DeviceUUID | None,
     candidates: list[Resident],
-    fits: Callable[[Iterable[Resident]], NodeFit | None],
+    fits: Callable[[Iterable[Resident]], bool],
     budget: list[int],
-) -> Preemption | None:
+) -> _Victims | None:
     """The fewest of ``candidates`` (whose eviction all together is known to be enough) that make room."""
     for size in range(1, len(candidates) + 1):
-        best: Preemption | None = None
+        best: _Victims | None = None
         for combo in combinations(candidates, size):
             if budget[0] <= 0:
-                return best or _greedy(node, card, candidates, fits)
-            nf = fits(combo)
-            if nf is not None:
-                found = Preemption(node=node, card=card, victims=combo, fit=nf)
-                best = found if best is None or _rank(found) < _rank(best) else best
+                return best or _greedy(card, candidates, fits)
+            if fits(combo) and (best is None or _victim_rank((card, combo)) < _victim_rank(best)):
+                best = (card, combo)
         if best is not None:
             return best
     return None
 
 
 def _greedy(
-    node: NodeName,
-    card: DeviceUUID | None,
-    candidates: list[Resident],
-    fits: Callable[[Iterable[Resident]], NodeFit | None],
-) -> Preemption | None:
+    card: DeviceUUID | None, candidates: list[Resident], fits: Callable[[Iterable[Resident]], bool]
+) -> _Victims | None:
     """Lowest priority first until the pod fits, then spare every victim it fits without."""
     chosen: list[Resident] = []
     for r in candidates:
         chosen.append(r)
-        if fits(chosen) is not None:
+        if fits(chosen):
             break
+    else:
+        return None
     for r in sorted(chosen, key=_victim_order, reverse=True):
         rest = [v for v in chosen if v is not r]
-        if rest and fits(rest) is not None:
+        if rest and fits(rest):
             chosen = rest
-    nf = fits(chosen)
-    return None if nf is None else Preemption(node=node, card=card, victims=tuple(chosen), fit=nf)
+    return card, tuple(chosen)
 
 
 def _victim_order(r: Resident) -> tuple[int, str]:
     return r.priority, r.key
 
 
-def _rank(p: Preemption) -> tuple[bool, int, int, int, tuple[str, ...], str]:
-    priorities = [v.priority for v in p.victims]
-    return (
-        p.card is None,
-        len(p.victims),
-        max(priorities),
-        sum(priorities),
-        tuple(sorted(v.key for v in p.victims)),
-        p.node,
-    )
+def _victim_rank(found: _Victims) -> tuple[bool, int, int, int, tuple[str, ...]]:
+    card, victims = found
+    priorities = [v.priority for v in victims]
+    return card is None, len(victims), max(priorities), sum(priorities), tuple(sorted(v.key for v in victims))
+
+
+def _rank(p: Preemption) -> tuple[tuple[bool, int, int, int, tuple[str, ...]], str]:
+    return _victim_rank((p.card, p.victims)), p.node

@@ -260,9 +260,12 @@ def test_the_best_node_has_the_fewest_victims_then_the_lowest_priorities_then_th
     assert names(found.per_node[NodeName("a-crowded")]) == ["c1", "c2"]
 
 
-def test_past_the_search_budget_the_victims_are_still_minimal(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("budget", ["SEARCH_BUDGET", "PLAN_BUDGET"])
+def test_past_the_search_budget_the_victims_are_still_minimal(
+    monkeypatch: pytest.MonkeyPatch, budget: str
+) -> None:
     """Greedy: lowest priority first until it fits (a, b, c), then spare whom it fits without (a)."""
-    monkeypatch.setattr(preempt, "SEARCH_BUDGET", 3)
+    monkeypatch.setattr(preempt, budget, 0)
     residents = [
         resident("a", 0, slice_of(0, 5 * GIB)),
         resident("b", 1, slice_of(0, 30 * GIB)),

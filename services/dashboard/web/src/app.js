@@ -12,7 +12,9 @@ const path = location.pathname;
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;",
   '"': "&quot;", "'": "&#39;"}[c]));
 const pct = (part, whole) => (whole > 0 ? Math.min(100, (100 * part) / whole) : 0);
-const mib = (n) => (n >= 1024 ? `${(n / 1024).toFixed(1)} GiB` : `${n} MiB`);
+const mib = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(2)} TiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} GiB` : `${n} MiB`);
+// Cores summed over cards, in cards' worth (800% = 8 cards) once past a handful of cards.
+const cores = (pctSum) => (pctSum > 400 ? `${(pctSum / 100).toFixed(1)} cards` : `${pctSum}%`);
 const when = (ts) => (ts ? new Date(ts * 1000).toLocaleString() : "-");
 const enc = encodeURIComponent;
 
@@ -112,9 +114,9 @@ function rangePicker(d) {
     <span class="muted">${d.chart ? `${d.chart.t.length} points, ${ago(d.chart.step_s)} each` : ""}</span></nav>`;
 }
 
-function charts(d, name) {
-  return `<h2>Allocated vs used</h2>${rangePicker(d)}<div class="charts">${chartSlot("memory", name)}
-    ${chartSlot("cores", name)}</div>`;
+function charts(d, name, scope) {
+  return `<h2>Allocated vs used</h2>${rangePicker(d)}<div class="charts">${chartSlot("memory", name, scope)}
+    ${chartSlot("cores", name, scope)}</div>`;
 }
 
 function table(head, rows, empty) {
@@ -145,14 +147,14 @@ const pages = {
       ${tile("Slices", `${d.slices.allocated}/${d.slices.total}`, "given / slots", "slices")}
       ${tile("Memory allocated", `${pct(d.memory.allocated, d.memory.total).toFixed(1)}%`, `${mib(d.memory.allocated)} of ${mib(d.memory.total)}`, "mem-alloc")}
       ${tile("Memory used", `${pct(d.memory.used, d.memory.total).toFixed(1)}%`, mib(d.memory.used), "mem-used")}
-      ${tile("Cores allocated", `${pct(d.cores.allocated, d.cores.total).toFixed(1)}%`, `${d.cores.allocated}% of ${d.cores.total}%`, "cores-alloc")}
-      ${tile("Cores used", `${pct(d.cores.used, d.cores.total).toFixed(1)}%`, `${d.cores.used}% (SM)`, "cores-used")}
+      ${tile("Cores allocated", `${pct(d.cores.allocated, d.cores.total).toFixed(1)}%`, `${cores(d.cores.allocated)} of ${cores(d.cores.total)}`, "cores-alloc")}
+      ${tile("Cores used", `${pct(d.cores.used, d.cores.total).toFixed(1)}%`, `${cores(d.cores.used)} (SM)`, "cores-used")}
       ${tile("Pods running", `<span data-count="Running">${d.pods.Running}</span>`, `${d.pods.Starting} starting, ${d.pods.Reserved} reserved`, "running")}
       ${tile("Pods pending", `<a data-count="Pending" href="${href("/pods", {phase: "Pending"})}">${d.pods.Pending}</a>`, `${d.pods.Failed} failed`, "pending")}
       ${tile("Pods finished", `<a data-count="Finished" href="${href("/pods", {phase: "Finished"})}">${d.finished}</a>`, "kept for their retention", "finished")}
       ${tile("Held but idle", `${idle.count}`, `${mib(idle.mem)}, ${idle.cores}% cores`, "idle")}
       ${tile("Stranded memory", mib(f.stranded_mem), `${mib(f.free_on_partly_used)} free on ${f.partly_used_cards} partly used cards`, "stranded")}
-      </div>${charts(d, "cluster")}
+      </div>${charts(d, "cluster", "cluster")}
       <div class="columns"><div><h2>Top nodes by memory allocated</h2>${nodeRows(d.top_nodes.allocated)}</div>
       <div><h2>Top nodes by memory used</h2>${nodeRows(d.top_nodes.used)}</div></div>
       <div class="columns"><div><h2>Busiest cards (allocated)</h2>${cardRows(d.busiest, "busy")}</div>
@@ -178,7 +180,7 @@ const pages = {
     return `<h1>Node ${esc(d.node.name)}</h1><p class="muted">generation ${d.node.generation}, last inventory
       ${esc(when(d.node.seen_at))}</p><p class="totals" data-totals>${t.cards} cards · memory ${mib(t.mem_alloc)} allocated,
       ${mib(t.mem_used)} used of ${mib(t.mem_total)} · cores ${t.cores_alloc}% allocated, ${t.cores_used}% used of
-      ${t.cores_total}%</p>${nodeBox(d.node)}${charts(d, d.node.name)}`;
+      ${t.cores_total}%</p>${nodeBox(d.node)}${charts(d, d.node.name, "node")}`;
   },
   card(d) {
     const c = d.card;
@@ -190,7 +192,7 @@ const pages = {
       <h2>Slices</h2><table><tr><th>pod</th><th>container</th><th>memory</th><th>used</th><th>cores</th><th>phase</th></tr>
       ${c.slices.map((s) => `<tr data-pod="${esc(s.pod)}"><td><a href="${href(`/pods/${s.pod.split("/").map(enc).join("/")}`)}">${esc(s.pod)}</a></td>
       <td>${esc(s.container)}</td><td>${s.mem} MiB</td><td>${s.used} MiB</td><td>${s.cores}%</td><td>${esc(s.phase)}</td></tr>`).join("")}</table>
-      ${charts(d, c.uuid)}
+      ${charts(d, c.uuid, "card")}
       <h2>History</h2><table class="feed">${d.history.map((h) => `<tr><td>${esc(when(h.ts))}</td><td>${esc(h.kind)}</td>
       <td>${esc(h.text)}</td></tr>`).join("") || `<tr><td class="muted">No events yet.</td></tr>`}</table>`;
   },

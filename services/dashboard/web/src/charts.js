@@ -9,25 +9,33 @@ const live = [];
 
 const COLORS = {total: "#9aa3b5", alloc: "#4f7cff", used: "#e08a00"};
 
-const gib = (mib) => (mib == null ? "-" : mib >= 1024 ? `${(mib / 1024).toFixed(1)} GiB` : `${Math.round(mib)} MiB`);
-const pctOfCard = (v) => (v == null ? "-" : `${Math.round(v)}%`);
+const gib = (mib) => (mib == null ? "-" : mib >= 1048576 ? `${(mib / 1048576).toFixed(2)} TiB` :
+  mib >= 1024 ? `${(mib / 1024).toFixed(1)} GiB` : `${Math.round(mib)} MiB`);
+// Tick labels short enough for the axis: 600000 -> 600k.
+const short = (v) => (Math.abs(v) >= 1e6 ? `${+(v / 1e6).toFixed(1)}M` : Math.abs(v) >= 1e3 ? `${+(v / 1e3).toFixed(1)}k` :
+  `${+v.toFixed(v < 10 ? 1 : 0)}`);
 
+// A card's cores in percent of it; a node's or the cluster's in cards' worth of SMs (800% = 8 cards).
 const KINDS = {
-  memory: {
+  memory: () => ({
     title: "Memory", unit: "GiB", axis: "GiB", keys: ["mem_total", "mem_alloc", "mem_used"],
-    scale: (v) => (v == null ? null : v / 1024), fmt: (v) => gib(v == null ? null : v * 1024),
-  },
-  cores: {
-    title: "Cores", unit: "% of one card, summed", axis: "%", keys: ["cores_total", "cores_alloc", "cores_used"],
-    scale: (v) => v, fmt: pctOfCard,
-  },
+    scale: (v) => (v == null ? null : v / 1024), fmt: (v) => gib(v == null ? null : v * 1024), tick: short,
+  }),
+  cores: (scope) => (scope === "card" ? {
+    title: "Cores", unit: "% of the card's SMs", axis: "%", keys: ["cores_total", "cores_alloc", "cores_used"],
+    scale: (v) => v, fmt: (v) => (v == null ? "-" : `${Math.round(v)}%`), tick: (v) => `${short(v)}%`,
+  } : {
+    title: "Cores", unit: "cards' worth of SMs: 100% of one card = 1", axis: "cards", keys: ["cores_total", "cores_alloc", "cores_used"],
+    scale: (v) => (v == null ? null : v / 100), fmt: (v) => (v == null ? "-" : `${v.toFixed(2)} cards`), tick: short,
+  }),
 };
 const LABELS = ["capacity", "allocated", "used"];
 
 // A placeholder a page template puts where a chart goes.
-export function chartSlot(kind, name) {
-  return `<figure class="chart" data-chart="${kind}" data-name="${name}"><figcaption>${KINDS[kind].title}
-    <span class="muted">(${KINDS[kind].unit})</span></figcaption><div class="plot"></div></figure>`;
+export function chartSlot(kind, name, scope) {
+  const k = KINDS[kind](scope);
+  return `<figure class="chart" data-chart="${kind}" data-scope="${scope}" data-name="${name}"><figcaption>${k.title}
+    <span class="muted">(${k.unit})</span></figcaption><div class="plot"></div></figure>`;
 }
 
 // Tick labels as fine as the span shown needs.
@@ -36,15 +44,14 @@ function timeFmt(series) {
   return span > 2 * 86400 ? "{M}/{D} {HH}:{mm}" : span > 600 ? "{HH}:{mm}" : "{HH}:{mm}:{ss}";
 }
 
-function options(kind, width, series) {
-  const k = KINDS[kind];
+function options(k, width, series) {
   return {
     width, height: 200, legend: {live: true},
     scales: {x: {time: true}, y: {range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1]}},
     axes: [
       {values: (u, ticks) => ticks.map((t) => uPlot.fmtDate(timeFmt(series))(new Date(t * 1000))),
         label: "time", size: 50},
-      {label: k.axis, size: 60, values: (u, ticks) => ticks.map((t) => (kind === "memory" ? `${t.toFixed(t < 10 ? 1 : 0)}` : `${t}%`))},
+      {label: k.axis, size: 60, values: (u, ticks) => ticks.map(k.tick)},
     ],
     series: [
       {label: "time", value: (u, t) => (t == null ? "-" : new Date(t * 1000).toLocaleString())},
@@ -57,8 +64,7 @@ function options(kind, width, series) {
   };
 }
 
-function dataOf(kind, series) {
-  const k = KINDS[kind];
+function dataOf(k, series) {
   return [series.t, ...k.keys.map((key) => series[key].map(k.scale))];
 }
 
@@ -72,10 +78,10 @@ export function drawCharts(root, chart) {
   const slots = root.querySelectorAll("figure.chart");
   if (!chart || !slots.length) return;
   for (const slot of slots) {
-    const kind = slot.dataset.chart;
+    const k = KINDS[slot.dataset.chart](slot.dataset.scope);
     const plot = slot.querySelector(".plot");
     const width = Math.max(280, plot.clientWidth || slot.clientWidth || 600);
-    const u = new uPlot(options(kind, width, chart), dataOf(kind, chart), plot);
+    const u = new uPlot(options(k, width, chart), dataOf(k, chart), plot);
     live.push(u);
     slot.dataset.points = String(chart.t.length);
     slot.classList.add("drawn");

@@ -61,26 +61,71 @@ def top_nodes(totals: dict[str, NodeTotals]) -> Json:
                      if t.mem_used]}
 
 
-def top_cards_used(view: ClusterView, cards: list[CardStats]) -> list[Json]:
-    """The ten cards using the most memory, with their SM use."""
-    best = heapq.nlargest(TOP, (s for s in cards if s.used_mib), key=lambda s: (s.used_mib, s.device.id))
-    return [{"uuid": s.device.id, "node": s.node, "type": s.device.type, "devmem": s.device.devmem,
-             "mem_alloc": s.mem_alloc, "used": s.used_mib, "cores_alloc": s.cores_alloc,
-             "cores_used": round(100.0 * view.card_util.get(s.device.id, 0.0), 1), "pods": s.count}
-            for s in best]
+def _keep(heap: list[tuple[Any, ...]], item: tuple[Any, ...]) -> None:
+    """Keep the TOP largest items in a min-heap."""
+    if len(heap) < TOP:
+        heapq.heappush(heap, item)
+    elif item > heap[0]:
+        heapq.heapreplace(heap, item)
 
 
-def types(cards: Iterable[CardStats]) -> list[Json]:
-    """Cards per GPU type, with their memory and how much of it is allocated."""
+def summarize(view: ClusterView, cards: list[CardStats]) -> Json:
+    """The overview's totals, node totals, type mix, fragmentation and top cards in one pass over
+    the cards (8000 at 1000 nodes), keeping only each top ten while it goes."""
+    nodes: dict[str, NodeTotals] = {}
     mix: dict[str, list[int]] = {}
-    for s in cards:
-        row = mix.setdefault(s.device.type, [0, 0, 0, 0])
+    mem = [0, 0, 0]
+    cores = [0, 0, 0.0]
+    slots = given = unhealthy = stranded_mem = partly = partly_free = 0
+    busiest: list[tuple[Any, ...]] = []
+    fragmented: list[tuple[Any, ...]] = []
+    top_used: list[tuple[Any, ...]] = []
+    for i, s in enumerate(cards):
+        d = s.device
+        used_cores = view.card_util.get(d.id, 0.0) * d.devcore
+        t = nodes.get(s.node) or nodes.setdefault(s.node, NodeTotals(name=s.node))
+        t.cards += 1
+        t.mem_total += d.devmem
+        t.mem_alloc += s.mem_alloc
+        t.mem_used += s.used_mib
+        t.cores_total += d.devcore
+        t.cores_alloc += s.cores_alloc
+        t.cores_used += used_cores
+        row = mix.get(d.type) or mix.setdefault(d.type, [0, 0, 0, 0])
         row[0] += 1
-        row[1] += s.device.devmem
+        row[1] += d.devmem
         row[2] += s.mem_alloc
         row[3] += s.used_mib
-    return [{"type": t, "cards": n, "mem_total": m, "mem_alloc": a, "mem_used": u}
-            for t, (n, m, a, u) in sorted(mix.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+        mem[0], mem[1], mem[2] = mem[0] + d.devmem, mem[1] + s.mem_alloc, mem[2] + s.used_mib
+        cores[0], cores[1], cores[2] = cores[0] + d.devcore, cores[1] + s.cores_alloc, cores[2] + used_cores
+        slots, given, unhealthy = slots + d.count, given + s.count, unhealthy + (not s.healthy)
+        if s.count:
+            _keep(busiest, (s.busy, s.mem_alloc, i))
+            stranded = s.stranded
+            if stranded > 0:
+                stranded_mem += round(stranded * d.devmem)
+                _keep(fragmented, (stranded, s.count, i))
+            if s.healthy and s.mem_alloc < d.devmem:
+                partly, partly_free = partly + 1, partly_free + d.devmem - s.mem_alloc
+        if s.used_mib:
+            _keep(top_used, (s.used_mib, d.id, i))
+    return {"nodes": nodes, "cards": len(cards), "unhealthy_cards": unhealthy,
+            "memory": {"total": mem[0], "allocated": mem[1], "used": mem[2]},
+            "cores": {"total": cores[0], "allocated": cores[1], "used": round(cores[2], 1)},
+            "slices": {"total": slots, "allocated": given},
+            "types": [{"type": k, "cards": n, "mem_total": m, "mem_alloc": a, "mem_used": u}
+                      for k, (n, m, a, u) in sorted(mix.items(), key=lambda kv: (-kv[1][0], kv[0]))],
+            "fragmentation": {"stranded_mem": stranded_mem, "partly_used_cards": partly,
+                              "free_on_partly_used": partly_free},
+            "busiest": [cards[i] for *_, i in sorted(busiest, reverse=True)],
+            "fragmented": [cards[i] for *_, i in sorted(fragmented, reverse=True)],
+            "top_used": [_used_row(view, cards[i]) for *_, i in sorted(top_used, reverse=True)]}
+
+
+def _used_row(view: ClusterView, s: CardStats) -> Json:
+    return {"uuid": s.device.id, "node": s.node, "type": s.device.type, "devmem": s.device.devmem,
+            "mem_alloc": s.mem_alloc, "used": s.used_mib, "cores_alloc": s.cores_alloc,
+            "cores_used": round(100.0 * view.card_util.get(s.device.id, 0.0), 1), "pods": s.count}
 
 
 def idle(view: ClusterView, *, now: float, after_s: float, limit: int = 20) -> Json:
@@ -111,17 +156,6 @@ def idle(view: ClusterView, *, now: float, after_s: float, limit: int = 20) -> J
         rows.append({"pod": f"{pod.namespace}/{pod.name}", "container": container, "uuid": uuid, "node": node,
                      "mem": used_mem, "cores": used_cores, "used": used, "idle_s": round(now - since)})
     return {"count": count, "mem": mem, "cores": cores, "slices": rows, "after_s": after_s}
-
-
-def fragmentation(cards: Iterable[CardStats]) -> Json:
-    """Memory no new pod can use (stranded) and the free memory spread over partly used cards."""
-    stranded = partly_free = partly = 0
-    for s in cards:
-        stranded += round(s.stranded * s.device.devmem)
-        if s.count and s.healthy and s.mem_alloc < s.device.devmem:
-            partly += 1
-            partly_free += s.device.devmem - s.mem_alloc
-    return {"stranded_mem": stranded, "partly_used_cards": partly, "free_on_partly_used": partly_free}
 
 
 def waiting(pod: PodState, view: ClusterView, now: float) -> Json:

@@ -9,7 +9,6 @@ charts come from the trends cut at ``now`` (the moment looked at). Must not know
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,32 +113,21 @@ class _Ctx:
 
 
 def _overview(c: _Ctx) -> Json:
-    cards = all_cards(c.view)
     counts = dict.fromkeys(Phase, 0)
     for pod in c.view.pods.values():
         if c.shown(pod):
             counts[pod.phase] += 1
-    phases = {p.value: n for p, n in counts.items()}
-    totals = insights.node_totals(c.view, cards)
+    summary = insights.summarize(c.view, all_cards(c.view))
     return {"page": "overview", "range": c.range().value, "chart": c.chart(Scope.CLUSTER, CLUSTER_WIDE),
-            "finished": sum(1 for f in c.view.finished.values() if c.kept(f)),
-            "top_nodes": insights.top_nodes(totals), "top_used": insights.top_cards_used(c.view, cards),
-            "types": insights.types(cards), "fragmentation": insights.fragmentation(cards),
-            "idle": insights.idle(c.view, now=c.now, after_s=c.options.idle_after_s),
             "nodes": len(c.view.nodes), "stale_nodes": sum(c.stale(n) for n in c.view.nodes.values()),
-            "cards": len(cards), "unhealthy_cards": sum(not s.healthy for s in cards),
-            "memory": {"total": sum(s.device.devmem for s in cards),
-                       "allocated": sum(s.mem_alloc for s in cards), "used": sum(s.used_mib for s in cards)},
-            "cores": {"total": sum(s.device.devcore for s in cards),
-                      "allocated": sum(s.cores_alloc for s in cards),
-                      "used": round(sum(t.cores_used for t in totals.values()), 1)},
-            "slices": {"total": sum(s.device.count for s in cards),
-                       "allocated": sum(s.count for s in cards)},
-            "pods": phases,
-            "busiest": [_card_row(s) for s in heapq.nlargest(TOP, (s for s in cards if s.count),
-                                                             key=lambda s: (s.busy, s.mem_alloc))],
-            "fragmented": [_card_row(s) for s in heapq.nlargest(TOP, (s for s in cards if s.stranded > 0),
-                                                                key=lambda s: (s.stranded, s.count))]}
+            **{k: summary[k] for k in ("cards", "unhealthy_cards", "memory", "cores", "slices", "types",
+                                       "fragmentation", "top_used")},
+            "pods": {p.value: n for p, n in counts.items()},
+            "finished": sum(1 for f in c.view.finished.values() if c.kept(f)),
+            "top_nodes": insights.top_nodes(summary["nodes"]),
+            "idle": insights.idle(c.view, now=c.now, after_s=c.options.idle_after_s),
+            "busiest": [_card_row(s) for s in summary["busiest"]],
+            "fragmented": [_card_row(s) for s in summary["fragmented"]]}
 
 
 def _nodes(c: _Ctx) -> Json:

@@ -62,6 +62,9 @@ def apiserver_argv(binary: Path, files: ApiServerFiles, ports: Ports, *,
             f"--kubelet-client-key={files.kubelet_client.key}",
             f"--kubelet-certificate-authority={files.ca.cert}",
             "--kubelet-preferred-address-types=InternalIP",
+            # the "kubernetes" Service cannot point at loopback (Endpoints refuse 127.0.0.0/8); nothing
+            # here reaches the API server through it
+            "--endpoint-reconciler-type=none",
             "--allow-privileged=true", "--profiling=false", "--v=1"]
     if feature_gates:
         argv.append(f"--feature-gates={feature_gates}")
@@ -177,14 +180,24 @@ def kubelet_config(paths: KubeletPaths, ca: Path, serving: Pair, *, port: int, h
     return str(yaml.safe_dump(config, sort_keys=False))
 
 
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+"""Where every kubelet serves its device-plugin registration socket: a constant in the kubelet
+(``pluginapi.KubeletSocket``), not under ``--root-dir`` like the rest of its state."""
+
+
 def kubelet_argv(binary: Path, paths: KubeletPaths, kubeconfig: Path, node: str,
-                 labels: dict[str, str] | None = None) -> list[str]:
-    argv = [str(binary), f"--config={paths.config}", f"--kubeconfig={kubeconfig}",
-            f"--root-dir={paths.root}", f"--cert-dir={paths.root / 'pki'}",
-            f"--hostname-override={node}", "--node-ip=127.0.0.1", "--v=1"]
+                 labels: dict[str, str] | None = None, *, as_root: bool = True) -> list[str]:
+    """The kubelet in a mount namespace of its own, where the node's ``device-plugins`` directory
+    is bind-mounted on :data:`DEVICE_PLUGIN_DIR`: each kubelet of the machine then has its own
+    registration socket, and its node-agent finds it in the node's directory."""
+    kubelet = [str(binary), f"--config={paths.config}", f"--kubeconfig={kubeconfig}",
+               f"--root-dir={paths.root}", f"--cert-dir={paths.root / 'pki'}",
+               f"--hostname-override={node}", "--node-ip=127.0.0.1", "--v=1"]
     if labels:
-        argv.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
-    return argv
+        kubelet.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    unshare = ["unshare", "--mount", "--propagation", "private", *(() if as_root else ("--map-root-user",))]
+    script = f'mkdir -p {DEVICE_PLUGIN_DIR} && mount --bind "$0" {DEVICE_PLUGIN_DIR} && exec "$@"'
+    return [*unshare, "sh", "-c", script, str(paths.device_plugins), *kubelet]
 
 
 def fake_cri_argv(binary: Path, paths: KubeletPaths, ip_prefix: str) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,7 +176,8 @@ class ControlPlane:
         runtime = Child(f"fake-cri-{name}", c.fake_cri_argv(b["fake-cri"], paths, ip_prefix),
                         self.logs / f"fake-cri-{name}.log", _socket_probe(paths.cri_socket))
         kubelet = Child(f"kubelet-{name}", c.kubelet_argv(
-            b["kubelet"], paths, self.kubeconfig_for(kubelet_identity(name)), name, labels),
+            b["kubelet"], paths, self.kubeconfig_for(kubelet_identity(name)), name, labels,
+            as_root=os.geteuid() == 0),
             self.logs / f"kubelet-{name}.log", http_probe(f"http://127.0.0.1:{healthz}/healthz"))
         node = KubeletNode(name=name, paths=paths, runtime=runtime, kubelet=kubelet)
         self.nodes[name] = node

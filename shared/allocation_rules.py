@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
 from shared.errors import clip
-from shared.model import ContainerDevice, DeviceInfo, DeviceMode, DeviceUUID
+from shared.model import ContainerDevice, DeviceInfo, DeviceMode, DeviceUUID, PodDevices
 
 #: The refusal of a container given both kinds (the node-agent has always said it in these words).
 MIXED_KINDS = "a container mixes MIG instances and shared cards; give it one kind"
@@ -65,10 +65,32 @@ def container_problem(
             return problem
     if kinds_problem(devices) is not None:
         return f"container {container}: {MIXED_KINDS}"
-    placed = [(d.uuid, d.mig.placement) for d in devices if d.mig is not None]
-    for k, (uuid, placement) in enumerate(placed):
-        if any(other == uuid and placement.overlaps(p) for other, p in placed[:k]):
-            return f"container {container} is given overlapping MIG instances on GPU {uuid}"
+    return _overlap([(container, d) for d in devices])
+
+
+def pod_problem(
+    containers: Sequence[str], devices: PodDevices, cards: Mapping[DeviceUUID, DeviceInfo]
+) -> str | None:
+    """Why a pod's devices (one slot per container, init first) cannot be allocated (None: they can).
+
+    Each container by :func:`container_problem`; and no two MIG instances of the pod overlap, init
+    containers' included: the node makes every container's instance when the pod is admitted, and
+    they live until the pod goes.
+    """
+    for name, slot in zip(containers, devices, strict=True):
+        problem = container_problem(name, slot, cards)
+        if problem is not None:
+            return problem
+    return _overlap([(name, d) for name, slot in zip(containers, devices, strict=True) for d in slot])
+
+
+def _overlap(devices: Sequence[tuple[str, ContainerDevice]]) -> str | None:
+    placed = [(name, d.uuid, d.mig.placement) for name, d in devices if d.mig is not None]
+    for k, (name, uuid, placement) in enumerate(placed):
+        for other, other_uuid, other_placement in placed[:k]:
+            if other_uuid == uuid and placement.overlaps(other_placement):
+                whose = f"container {name} is" if other == name else f"containers {other} and {name} are"
+                return f"{whose} given overlapping MIG instances on GPU {uuid}"
     return None
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from services.node_agent.allocate import is_container_name, is_pod_uid
 from services.node_agent.errors import AmbiguousDecision, DecisionMismatch, NoDecision
-from shared.allocation_rules import container_problem
+from shared.allocation_rules import pod_problem
 from shared.errors import clip
 from shared.model import (
     Allocation,
@@ -41,8 +41,8 @@ def decision_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceIn
 
     The codec checks types only; these are the promises the handoff relies on: one container
     name per slot, Kubernetes-shaped names (they become a cache directory path), and each
-    container's devices allocatable on this node's ``cards`` by the rules the scheduler's Fit
-    follows too (:func:`shared.allocation_rules.container_problem`).
+    pod's devices allocatable on this node's ``cards`` by the rules the scheduler's Fit follows
+    too (:func:`shared.allocation_rules.pod_problem`).
     """
     if len(allocation.containers) != len(allocation.devices):
         return f"{len(allocation.containers)} container names for {len(allocation.devices)} device slots"
@@ -54,11 +54,7 @@ def decision_problem(allocation: Allocation, cards: Mapping[DeviceUUID, DeviceIn
         )
     if not is_pod_uid(allocation.pod_uid):
         return f"pod UID {clip(allocation.pod_uid)!r} is not path-safe (not a Kubernetes UID)"
-    for name, slot in zip(allocation.containers, allocation.devices, strict=True):
-        problem = container_problem(name, slot, cards)
-        if problem is not None:
-            return problem
-    return None
+    return pod_problem(allocation.containers, allocation.devices, cards)
 
 
 def time_problem(decided_at: float, now: float) -> str | None:

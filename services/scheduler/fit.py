@@ -393,11 +393,15 @@ def _finish(
 
 
 def _fit_node(node: NodeState, p: _Pod) -> NodeFit:
-    """HAMi ``calcScore`` for one node: init containers on fresh copies, app containers in sequence."""
+    """HAMi ``calcScore`` for one node: init containers on fresh copies, app containers in sequence.
+
+    MIG placements are the exception to the fresh copies: the node-agent makes every container's
+    instance when the pod is admitted, init containers' too, so no two of a pod's may overlap
+    (:func:`shared.allocation_rules.pod_problem`); each container sees all earlier ones' instances.
+    """
     base = [[u.used, u.usedmem, u.usedcores] for u in node.usage]
     app = [row[:] for row in base]
-    mig = node.derived.has_mig
-    app_held = [list(u.mig) for u in node.usage] if mig else []  # read only for cards in mig mode
+    held = [list(u.mig) for u in node.usage] if node.derived.has_mig else []  # cards in mig mode only
     slots: list[tuple[ContainerDevice, ...]] = []
     score = node.derived.score
     index = {d.id: i for i, d in enumerate(node.devices)}
@@ -407,19 +411,18 @@ def _fit_node(node: NodeState, p: _Pod) -> NodeFit:
             slots.append(())
             continue
         work = [row[:] for row in base] if spec.init else app
-        held = [list(u.mig) for u in node.usage] if spec.init and mig else app_held
         picks, reasons, total = _fit_container(node, work, req, p, init=spec.init, prior=slots, held=held)
         if picks is None:
             return NodeFit(
                 node=node.name, fit=False, score=score, reason=gen_reason(reasons, total), reasons=reasons
             )
         slots.append(picks)
-        if not spec.init:
-            for c in picks:
+        for c in picks:
+            if c.mig is not None:
+                held[index[c.uuid]].append(c.mig.placement)
+            if not spec.init:
                 row = app[index[c.uuid]]
                 row[0], row[1], row[2] = row[0] + 1, row[1] + c.usedmem, row[2] + c.usedcores
-                if c.mig is not None:
-                    app_held[index[c.uuid]].append(c.mig.placement)
     return NodeFit(node=node.name, fit=True, score=score, devices=tuple(slots))
 
 

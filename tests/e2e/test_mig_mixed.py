@@ -6,10 +6,13 @@ scheduler once gave the container its one 7g instance and a shared card, which t
 refused at Allocate (the pod Failed). One rule now binds both (``shared/allocation_rules.py``):
 the pod runs on the two shared cards with HAMi-core limits, a second one too (after the MIG card
 has failed it alone), and a third stays Pending with each card's reason from the scan of its kind.
+A MIG pod with a MIG init container runs: the two instances, both made at admission, never overlap
+(they once got the same slice and the card refused the second).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -56,4 +59,19 @@ async def test_a_third_stays_pending_with_each_cards_reason(e2e: E2E) -> None:
         " 2/3 CardInsufficientMemory."
     )
     assert e2e.phase("doc-3") == "Pending"
+    await e2e.check_invariants()
+
+
+async def test_a_mig_pod_with_a_mig_init_container_runs_on_two_instances(e2e: E2E) -> None:
+    name = "mig-init"
+    await e2e.create(
+        gpu_pod(name, mem=8000, cores=None, init=True, annotations={"nvidia.com/vgpu-mode": "mig"})
+    )
+    await e2e.wait_phase([name], {"Running"})
+    uid = e2e.pods[name]["metadata"]["uid"]
+    containers = e2e.admissions()[uid]["containers"]
+    seen = [containers[c]["envs"]["NVIDIA_VISIBLE_DEVICES"] for c in ("warmup", "main")]
+    assert len(set(seen)) == 2 and all(v.startswith("MIG-") for v in seen)
+    held = json.loads(e2e.pods[name]["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])
+    assert sorted(r["placement"]["start"] for r in held) == [5, 6]
     await e2e.check_invariants()

@@ -8,13 +8,14 @@ containers (the first sometimes an init container) of one to three cards, memory
 cores, sometimes ``nvidia.com/vgpu-mode``, under every GPU policy.
 
 Property: when Fit places a pod, the node-agent's check of a decision from the bus
-(``decision_problem``) finds nothing wrong, and every container's Allocate answer builds as the
-handoff builds it (MIG UUIDs for a MIG container, HAMi-core limits for a shared one).
+(``decision_problem``) finds nothing wrong, every container's Allocate answer builds as the
+handoff builds it (MIG UUIDs for a MIG container, HAMi-core limits for a shared one), and every
+MIG instance of the pod, init containers' included, can be made beside the card's others.
 
-Table: HAMi's documented pod (``nvidia.com/gpu: 2``, ``gpumem-percentage: 50``, ``gpucores: 30``)
-on a node with a card in mig mode beside shared ones, with the MIG card scanned first and last:
-never mixed, placed on the shared cards while they have room, Pending with each card's reason
-after.
+Tables: an init container's MIG instance beside the app container's; HAMi's documented pod
+(``nvidia.com/gpu: 2``, ``gpumem-percentage: 50``, ``gpucores: 30``) on a node with a card in mig
+mode beside shared ones, with the MIG card scanned first and last: never mixed, placed on the
+shared cards while they have room, Pending with each card's reason after; the rule's refusals.
 """
 
 from __future__ import annotations
@@ -166,6 +167,12 @@ def test_every_decision_fit_makes_the_node_agent_allocates(
         assert len({device_kind(d) for d in slot}) == 1
         response = allocate_answer(pod, spec.name, slot)
         assert response.envs["NVIDIA_VISIBLE_DEVICES"]
+    # the card makes every container's instance at admission, init containers' too, beside the
+    # instances other pods hold: NVML refuses one that overlaps any of them
+    live = {c.id: list(u.mig) for c, u in zip(node.devices, node.usage, strict=True)}
+    for d in (d for slot in fit.devices for d in slot if d.mig is not None):
+        assert not any(d.mig.placement.overlaps(p) for p in live[d.uuid]), (d, live[d.uuid])
+        live[d.uuid].append(d.mig.placement)
 
 
 # --- HAMi's documented pod on a mixed node ------------------------------------------------------
@@ -213,6 +220,23 @@ def test_a_small_request_takes_instances_of_the_mig_card_alone_when_the_scan_mee
     (slot,) = fit.devices
     assert kinds(slot) == {CardKind.MIG} and {d.idx for d in slot} == {1}
     assert [d.mig.placement.start for d in slot if d.mig is not None] == [6, 5, 4]
+
+
+def test_an_init_containers_instance_and_the_app_containers_never_overlap() -> None:
+    """HAMi fits init containers on a fresh copy of the node, so both once got 1g at slice 6; the node
+    makes both instances when the pod is admitted, and NVML refused the second."""
+    cards = advertised("A100-80GB:mig")
+    request = ContainerRequest(nums=1, memreq=8000)
+    pod = make_pod([request, request], {}, init=True)
+    fit = fit_pod(NodeState(name=NodeName("n1"), devices=cards), pod)
+    starts = [d.mig.placement.start for slot in fit.devices for d in slot if d.mig is not None]
+    assert starts == [6, 5]
+    shared = fit.devices[0] + fit.devices[0]
+    table = {c.id: c for c in cards}
+    assert decision_problem(decision(pod, (fit.devices[0], fit.devices[0])), table) == (
+        f"containers c0 and c1 are given overlapping MIG instances on GPU {cards[0].id}"
+    )
+    assert container_problem("main", shared, table) is not None
 
 
 def test_the_rule_refuses_a_mixed_container_on_both_sides() -> None:

@@ -8,7 +8,8 @@ state alone: nodes with their usage (:class:`NodeState`), the pods holding slice
 Rules, in order:
 
 - ``preemptionPolicy: Never`` preempts nothing; a pod that fits somewhere needs no victims.
-- Only pods of strictly lower priority are candidates, never equal or higher.
+- Only pods of strictly lower priority are candidates, never equal or higher, never the pod itself
+  (a slice the ledger holds for it while it waits).
 - One card first: the fewest candidates holding a slice of one card whose eviction lets Fit place
   the pod on the node. Only when no single card can make room, one node: the fewest candidates on
   the node. Evicting a pod frees all of its slices, on every card it holds.
@@ -136,7 +137,9 @@ def on_node(
 
     ``shared_budget`` (one mutable count) is what the exact searches of a whole plan may still spend.
     """
-    candidates = sorted((r for r in residents if r.priority < priority), key=_victim_order)
+    candidates = sorted(
+        (r for r in residents if r.priority < priority and r.uid != pod.uid), key=_victim_order
+    )
     if not candidates:
         return NO_CANDIDATES
     shared = shared_budget if shared_budget is not None else [PLAN_BUDGET]

@@ -203,6 +203,18 @@ def test_equal_or_higher_priority_is_never_a_victim() -> None:
     assert best_on((card(0), card(1)), residents, pending(mem=60 * GIB)) == NO_CANDIDATES
 
 
+def test_the_pod_never_preempts_its_own_held_slice() -> None:
+    """A slice the ledger holds for the pending pod itself is never one of its victims."""
+    itself = Resident(
+        uid=PodUID("uid-urgent"),
+        namespace="ns",
+        name="urgent",
+        priority=0,
+        devices=((slice_of(0, 70 * GIB),),),
+    )
+    assert best_on((card(0),), [itself], pending(mem=60 * GIB)) == NO_CANDIDATES
+
+
 def test_lower_priority_pods_that_free_too_little_are_not_enough() -> None:
     residents = [resident("peer", 1000, slice_of(0, 60 * GIB)), resident("low", 0, slice_of(0, 10 * GIB))]
     assert best_on((card(0),), residents, pending(mem=40 * GIB)) == NOT_ENOUGH

@@ -237,11 +237,18 @@ class AllocLeases:
         for n in device_counts(devices):
             key = lease_key(node, n)
             held = self._holders.get(key)
-            if held is None or held.owner != owner:
+            revision = held.revision if held is not None and held.owner == owner else None
+            if held is None and self._kv is not None:
+                # taken before this process watched (a dead leader's): ask the bucket
+                with contextlib.suppress(BusUnavailable):
+                    entry = await self._kv.get(key)
+                    if entry is not None and entry.value.decode("utf-8", "replace") == owner:
+                        revision = entry.revision
+            if revision is None:
                 continue  # released at Allocate (the usual case), or someone else's by now
             lease = await self._bus.lease(key, owner, ttl=self._ttl, auto_renew=False)
             with contextlib.suppress(BusUnavailable):
-                await lease.release(held.revision)
+                await lease.release(revision)
 
 
 def _node_of(key: str) -> str:

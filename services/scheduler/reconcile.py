@@ -207,6 +207,8 @@ class Reconciler:
         self._names = names
         self._live: dict[str, tuple[str, str]] = {}
         """UID -> (namespace, name) of every live pod that matters, as the API server shows it."""
+        self._unbound: set[str] = set()
+        """Live pods the API server shows without a node."""
         self.pods_synced = asyncio.Event()
 
     # --- node-agent verdicts ---------------------------------------------------------------
@@ -296,16 +298,20 @@ class Reconciler:
         self.pods_synced.set()
 
     async def reconcile(self, listed_at: float) -> None:
-        """Release entries whose pod is gone (decided before the list was taken)."""
+        """Release entries whose pod is gone, and decided entries whose pod is still unbound: a
+        leader that died between its decision and the binding left them (and its node's leases)
+        behind, and no Allocate will ever free them (decided before the list was taken)."""
         for entry in list(self._state.ledger.entries()):
             if (
-                entry.pod_uid in self._live
-                or self._binder.binding(entry.pod_uid)
+                self._binder.binding(entry.pod_uid)
                 or entry.state is AllocationState.RESERVED
                 or entry.decided_at > listed_at
             ):
                 continue
-            await self.release(entry.pod_uid, "pod no longer exists")
+            if entry.pod_uid not in self._live:
+                await self.release(entry.pod_uid, "pod no longer exists")
+            elif entry.state is AllocationState.DECIDED and entry.pod_uid in self._unbound:
+                await self.release(entry.pod_uid, "bind never completed: the pod is unbound")
         log.info(
             "reconciled the ledger with the API server: %d entries, %d live pods",
             len(self._state.ledger),
@@ -318,6 +324,10 @@ class Reconciler:
         if not uid:
             return
         finished = (pod.get("status") or {}).get("phase") in _TERMINAL
+        if kind != "DELETED" and not finished and not (pod.get("spec") or {}).get("nodeName"):
+            self._unbound.add(uid)
+        else:
+            self._unbound.discard(uid)
         if kind == "DELETED" or finished:
             self._live.pop(uid, None)
             if self._state.ledger.entry(PodUID(uid)) is not None:

@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from aiohttp import web
 
 from services.scheduler.binder import Binder, BindOptions
 from services.scheduler.bindphase import BindPhaseWriter
+from services.scheduler.errors import TLSConfigError
 from services.scheduler.extender import Extender
 from services.scheduler.fit import Policies
 from services.scheduler.forward import BindForwarder
@@ -90,6 +92,7 @@ class SchedulerApp:
         self._leader_tasks = TaskSet("scheduler-leader", on_fatal)
         self._verdicts: list[Subscription] = []
         self._runner: web.AppRunner | None = None
+        self._ssl: ssl.SSLContext | None = None
         self.bus: Bus
         self.state: State
         self.leases: AllocLeases
@@ -112,6 +115,7 @@ class SchedulerApp:
         The HTTP server starts last, after the ledger and inventory are loaded: no request is ever
         answered from a half-loaded picture (``/readyz`` is also false until then).
         """
+        self._ssl = _tls_context(self.settings)  # unusable files stop the start before anything runs
         self.bus = await Bus.connect(self.bus_settings, source=f"scheduler/{self.replica}")
         await self.bus.ensure_schema()
         if self.kube is None:
@@ -270,7 +274,8 @@ class SchedulerApp:
             self.extender.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.bind, self.settings.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.settings.bind, self.settings.port, reuse_address=True,
+                           ssl_context=self._ssl)
         await site.start()
         if self.settings.port == 0:
             self.port = _bound_port(site)
@@ -343,6 +348,23 @@ class SchedulerApp:
             for lapsed in self.ledger.expire(self.clock()):
                 log.warning("reservation for %s/%s on %s lapsed", lapsed.namespace, lapsed.name, lapsed.node)
                 self.leases.wake(lapsed.node)
+
+
+def _tls_context(settings: SchedulerSettings) -> ssl.SSLContext | None:
+    """HTTPS for the extender when a certificate is set; client certificates when a CA is."""
+    if not settings.tls_cert:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(settings.tls_cert, settings.tls_key or None)
+        if settings.tls_client_ca:
+            ctx.load_verify_locations(settings.tls_client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as e:
+        raise TLSConfigError(f"cannot use the extender's TLS files ({settings.tls_cert}, "
+                          f"{settings.tls_client_ca or 'no client CA'}): {e}") from e
+    return ctx
 
 
 def _bound_port(site: web.TCPSite) -> int:

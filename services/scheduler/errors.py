@@ -31,3 +31,7 @@ class NotLeader(Retryable):
 
 class NotReady(Retryable):
     """State is not loaded yet (inventory and ledger), so no decision would be correct."""
+
+
+class TLSConfigError(BadInput):
+    """The extender's certificate, key or client CA cannot be used (the scheduler does not start)."""

@@ -18,6 +18,14 @@ class SchedulerSettings(ResourceNameSettings):
     """Address the extender HTTP server listens on."""
     port: int = 8080
     """Port of ``/filter``, ``/prioritize``, ``/bind``, ``/healthz``, ``/readyz``, ``/metrics``."""
+    tls_cert: str = ""
+    """PEM certificate (chain) the extender serves HTTPS with (kube-scheduler's ``enableHTTPS``);
+    empty serves plain HTTP, for a kube-scheduler in the same pod calling over loopback."""
+    tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
+    tls_client_ca: str = ""
+    """PEM CA bundle: when set, only clients presenting a certificate it signed are served
+    (kube-scheduler's ``tlsConfig.certFile``/``keyFile``)."""
     scheduler_name: str = "gpubus-scheduler"
     """Pods with this ``spec.schedulerName`` are tracked for release ("" = all pods); pods carrying
     HAMi's ``vgpu-devices-allocated`` annotation are tracked (and adopted) whatever their scheduler."""

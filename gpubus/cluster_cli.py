@@ -7,16 +7,17 @@ parsing and printing only; the work is in :mod:`gpubus.submit` and :mod:`gpubus.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gpubus import options
-from gpubus.up_dir import DEFAULT_KUBECONFIG
-from shared.errors import BadInput, GpubusError
+from gpubus.up_dir import DEFAULT_DATA_DIR, DEFAULT_KUBECONFIG, choose_nats_url
+from shared.config import load_settings
+from shared.errors import BadInput, BusUnavailable, GpubusError
 
-DEFAULT_NATS_PORT = 4222
 MAX_SUBMIT_COUNT = 10_000
 """Most copies ``gpubus submit --count`` makes of each Pod in the file."""
 
@@ -85,8 +86,10 @@ def get_pods(
 
 
 def snapshot(
-    nats: Annotated[str, Opt(callback=options.nats_url, help="NATS URL of the cluster.")]
-    = f"nats://127.0.0.1:{DEFAULT_NATS_PORT}",
+    nats: Annotated[str | None, Opt(callback=options.nats_url, help="NATS URL (env GPUBUS_BUS_URL; "
+                                    "default: the running `gpubus up`'s).")] = None,
+    data_dir: Annotated[Path, Opt(help="The `gpubus up` data dir whose NATS to use without --nats or "
+                                       "GPUBUS_BUS_URL.")] = DEFAULT_DATA_DIR,
 ) -> None:
     """Print the live cluster (inventory + ledger) as CLUSTER.json for `gpubus explain --cluster`."""
     import json
@@ -94,8 +97,18 @@ def snapshot(
     from gpubus.snapshot import snapshot as take
     from shared.bus import BusSettings
 
+    chosen = choose_nats_url(nats, os.environ, data_dir.expanduser())
+    settings = load_settings(BusSettings, cli={"url": chosen.url, "name": "gpubus-snapshot",
+                                               "initial_connect_timeout_s": 5.0}, env_prefix="GPUBUS_BUS_")
+    problem = options.nats_url_problem(settings.url)
+    if problem is not None:  # the URL may come from GPUBUS_BUS_URL or the data dir: no callback saw it
+        typer.echo(f"error: {chosen.source}: {problem}", err=True)
+        raise typer.Exit(2)
     try:
-        data = asyncio.run(take(BusSettings(url=nats, name="gpubus-snapshot", initial_connect_timeout_s=5.0)))
+        data = asyncio.run(take(settings))
+    except BusUnavailable as e:
+        typer.echo(f"error: {e} (the URL from {chosen.source})", err=True)
+        raise typer.Exit(1) from None
     except GpubusError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None

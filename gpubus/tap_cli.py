@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,6 +25,7 @@ from gpubus.tap import (
     render_undecodable,
     replay_from,
 )
+from gpubus.up_dir import DEFAULT_DATA_DIR, choose_nats_url
 from shared.bus import Bus, BusSettings
 from shared.config import load_settings
 from shared.errors import BusUnavailable, EventDecodeError
@@ -44,7 +47,11 @@ def tap(  # noqa: PLR0917 - typer maps parameters to the command line
     json_: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     cloudevents: Annotated[bool, typer.Option(
         "--cloudevents", help="One CloudEvents 1.0 JSON object per line (structured mode).")] = False,
-    nats: Annotated[str | None, typer.Option(help="NATS URL (env GPUBUS_BUS_URL).")] = None,
+    nats: Annotated[str | None, typer.Option(
+        help="NATS URL (env GPUBUS_BUS_URL; default: the running `gpubus up`'s).")] = None,
+    data_dir: Annotated[Path, typer.Option(
+        help="The `gpubus up` data dir whose NATS to use without --nats or GPUBUS_BUS_URL.")]
+    = DEFAULT_DATA_DIR,
     count: Annotated[int | None, typer.Option(help="Exit after printing this many events.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Exit after this many seconds.")] = None,
 ) -> None:
@@ -63,16 +70,17 @@ def tap(  # noqa: PLR0917 - typer maps parameters to the command line
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    settings = load_settings(BusSettings, cli={"url": nats, "name": "gpubus-tap",
+    chosen = choose_nats_url(nats, os.environ, data_dir.expanduser())
+    settings = load_settings(BusSettings, cli={"url": chosen.url, "name": "gpubus-tap",
                                                "initial_connect_timeout_s": 10.0}, env_prefix="GPUBUS_BUS_")
     problem = nats_url_problem(settings.url)
     if problem is not None:  # checked here, not by a callback: the URL may come from GPUBUS_BUS_URL
-        typer.echo(f"error: --nats: {problem}", err=True)
+        typer.echo(f"error: {chosen.source}: {problem}", err=True)
         raise typer.Exit(2)
     try:
         asyncio.run(run_tap(settings, options))
     except BusUnavailable as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {e} (the URL from {chosen.source})", err=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         pass

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import aiohttp
 
+from gpubus.up_dir import forget_nats_url, write_nats_url
 from gpubus_local.natscluster import EmbeddedCluster
 from gpubus_local.natsserver import (
     DEFAULT_PORT,
@@ -262,6 +263,8 @@ class Stack:
         """This stack made (so owns) ``pod_logs``; a stack refused the data dir must not remove them."""
         self.callout: CalloutFiles | None = None
         """Per-node identity's keys and NATS config (``spec.node_identity`` with the embedded NATS)."""
+        self._url_recorded = False
+        """This stack recorded its NATS URL in the data dir (``gpubus tap`` reads it), so removes it."""
 
     # -- paths -----------------------------------------------------------------------------
     @property
@@ -345,6 +348,8 @@ class Stack:
                 self._nats_starting = asyncio.create_task(asyncio.to_thread(self.nats.start),
                                                           name="nats-start")
                 await asyncio.shield(self._nats_starting)
+            write_nats_url(self.data_dir, self.nats_url)
+            self._url_recorded = True
             self.children = self._build_children()
             first, *rest = self.children.values()
             await self._start_ready(first)
@@ -369,6 +374,9 @@ class Stack:
             if not starting.cancelled():
                 starting.exception()  # start() raised its failure to whoever still awaited it
             self._nats_starting = None
+        if self._url_recorded:
+            forget_nats_url(self.data_dir)
+            self._url_recorded = False
         if self.nats is not None:
             await asyncio.to_thread(self.nats.stop)
         if self._pod_logs_made:

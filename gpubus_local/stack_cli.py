@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
+import os
+import shutil
 import signal
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +22,7 @@ import typer
 from gpubus import options
 from gpubus.up_dir import DEFAULT_DATA_DIR, DEFAULT_KUBECONFIG
 from gpubus_local import up_options
+from gpubus_local.banner import Hints, cli_command, example_path, hint_lines
 from gpubus_local.natscluster import MAX_SERVERS
 from gpubus_local.natsserver import DEFAULT_PORT, NatsServerError
 from gpubus_local.stack import (
@@ -31,15 +34,15 @@ from gpubus_local.stack import (
     StackSpec,
 )
 from gpubus_local.stack_datadir import DataDirBusy, DataDirError
-from gpubus_local.stack_supervise import CrashLoop, Supervisor, stack_parts
 from services.node_agent.settings import MAX_SPLIT_COUNT
 from shared.bus.settings import MAX_REPLICAS
 from shared.logs import setup_logging
-from shared.tasks import cancel_and_wait
 
 MAX_NODES = 1000
 """Most simulated nodes of one ``gpubus up``: all of them run in one process on one machine
 (``bench/e2e.py`` runs 100 on 2 cores); past this, memory and start-up time are what grow."""
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The source tree this package runs from (examples/ lives there in a checkout)."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Each stops ``gpubus up`` and everything it started: the children run in sessions of their own,
 so a closed terminal (SIGHUP) reaches only ``up`` itself."""
@@ -115,8 +118,7 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
 
 
 async def _up(spec: StackSpec) -> int:
-    """Orchestration: start, serve (restarting what dies) until a stop signal or a crash loop,
-    then stop everything."""
+    """Orchestration: start, serve until a stop signal or a dead child, then stop everything."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
@@ -134,19 +136,16 @@ async def _up(spec: StackSpec) -> int:
             return 130
         starting.result()
         _print_endpoints(stack)
-        supervisor = Supervisor(stack_parts(stack),
-                                report=lambda line: typer.echo(f"gpubus up: {line}", err=True))
-        watching = asyncio.create_task(supervisor.run(), name="stack-supervise")
+        watching = asyncio.create_task(stack.watch(), name="stack-watch")
         await asyncio.wait([watching, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if watching.done():  # only a crash loop ends the supervisor
-            loop_error = watching.exception()
-            name = loop_error.name if isinstance(loop_error, CrashLoop) else "the supervisor"
-            typer.secho(f"\n{loop_error}; stopping everything", fg="red", err=True)
+        if watching.done():
+            name, code = watching.result()
+            typer.secho(f"\n{name} died (exit code {code}); stopping everything", fg="red", err=True)
             child = stack.children.get(name)
             if child is not None:
                 typer.echo(child.log_tail(), err=True)
             return 1
-        await cancel_and_wait(watching)  # before the children stop: nothing is restarted any more
+        watching.cancel()
         typer.echo("\nstopping gpubus ...")
         return 0
     except DataDirError as e:
@@ -166,11 +165,11 @@ def _print_endpoints(stack: Stack) -> None:
     typer.secho("gpubus is up", fg="green", bold=True)
     for what, where in stack.endpoints().items():
         typer.echo(f"  {what:<16} {where}")
-    k = shlex.quote(str(stack.kubeconfig))
-    kubeconfig = "" if stack.kubeconfig == DEFAULT_KUBECONFIG else f" --kubeconfig {k}"
+    hints = Hints(command=cli_command(os.environ, shutil.which("gpubus"), sys.executable),
+                  data_dir=stack.data_dir, default_data_dir=DEFAULT_DATA_DIR.resolve(),
+                  kubeconfig=stack.kubeconfig, default_kubeconfig=DEFAULT_KUBECONFIG.resolve(),
+                  example=example_path(Path.cwd(), CHECKOUT))
     typer.echo("\ntry:")
-    typer.echo(f"  gpubus tap --nats {shlex.quote(stack.nats_url)}")
-    typer.echo(f"  gpubus submit examples/pod-shared-memory.yaml --count 20{kubeconfig}")
-    typer.echo(f"  gpubus get pods{kubeconfig}")
-    typer.echo(f"  kubectl --kubeconfig {k} get pods,nodes")
+    for line in hint_lines(hints):
+        typer.echo(line)
     typer.echo("Ctrl-C stops everything.")

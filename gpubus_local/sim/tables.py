@@ -50,13 +50,63 @@ def _pod_cells(pod: Obj) -> list[Any]:
     status, spec = pod.get("status") or {}, pod.get("spec") or {}
     containers = spec.get("containers") or []
     ready = sum(1 for c in status.get("containerStatuses") or [] if c.get("ready"))
-    phase = status.get("phase", "Pending")
-    if phase == "Pending" and not spec.get("nodeName"):
-        conditions = {c.get("type"): c for c in status.get("conditions") or []}
-        if conditions.get("PodScheduled", {}).get("status") == "False":
-            phase = "Pending (unschedulable)"
-    return [pod["metadata"]["name"], f"{ready}/{len(containers)}", phase, 0, _age(pod),
+    reason, restarts = pod_status_column(pod)
+    return [pod["metadata"]["name"], f"{ready}/{len(containers)}", reason, restarts, _age(pod),
             status.get("podIP", "<none>"), spec.get("nodeName", "<none>")]
+
+
+def _terminated_reason(terminated: Obj, prefix: str = "") -> str:
+    if terminated.get("reason"):
+        return prefix + str(terminated["reason"])
+    if terminated.get("signal"):
+        return f"{prefix}Signal:{terminated['signal']}"
+    return f"{prefix}ExitCode:{terminated.get('exitCode', 0)}"
+
+
+def _init_reason(pod: Obj) -> tuple[str | None, int]:
+    """The STATUS of a pod still in its init containers (``Init:1/2``, ``Init:Error``), else None."""
+    restarts, statuses = 0, (pod.get("status") or {}).get("initContainerStatuses") or []
+    total = len((pod.get("spec") or {}).get("initContainers") or [])
+    for i, c in enumerate(statuses):
+        restarts += int(c.get("restartCount") or 0)
+        state = c.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting")
+        if terminated and terminated.get("exitCode") == 0:
+            continue
+        if terminated:
+            return _terminated_reason(terminated, "Init:"), restarts
+        if waiting and waiting.get("reason") not in (None, "", "PodInitializing"):
+            return f"Init:{waiting['reason']}", restarts
+        return f"Init:{i}/{total}", restarts
+    return None, restarts
+
+
+def pod_status_column(pod: Obj) -> tuple[str, int]:
+    """The STATUS and RESTARTS columns as kubectl's pod printer writes them: the phase, or the pod's
+    reason, or the last container's waiting or terminated reason (``Completed`` for a Succeeded pod,
+    ``ContainerCreating``), ``Init:...`` during init containers, ``Terminating`` once deleted."""
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or status.get("phase") or "Pending")
+    init, restarts = _init_reason(pod)
+    if init is not None:
+        reason = init
+    else:
+        restarts, running = 0, False
+        for c in reversed(status.get("containerStatuses") or []):
+            restarts += int(c.get("restartCount") or 0)
+            state = c.get("state") or {}
+            waiting, terminated = state.get("waiting") or {}, state.get("terminated")
+            if waiting.get("reason"):
+                reason = str(waiting["reason"])
+            elif terminated:
+                reason = _terminated_reason(terminated)
+            elif c.get("ready") and state.get("running"):
+                running = True
+        if reason == "Completed" and running:
+            reason = "Running"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return reason, restarts
 
 
 def _node_cells(node: Obj) -> list[Any]:

@@ -152,7 +152,14 @@ def run_explain(cluster: Path, pod: Path, *, as_json: bool, policy: Policies) ->
     code = 0 if report["chosen"] is not None else 1
     if as_json:
         return code, json.dumps(report)
-    return code, render_table(report, f"{request.namespace}/{request.name}")
+    return code, render_table(report, f"{request.namespace}/{request.name or _generated(manifest)}")
+
+
+def _generated(manifest: dict[str, object]) -> str:
+    """A manifest with ``generateName`` has no name until created: its prefix and a star stand for it."""
+    meta = manifest.get("metadata")
+    prefix = meta.get("generateName") if isinstance(meta, dict) else None
+    return f"{prefix}*" if isinstance(prefix, str) and prefix else ""
 
 
 def explain_command(

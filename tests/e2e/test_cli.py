@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -18,6 +21,7 @@ from e2e_harness import E2E, gpu_pod, running_stack
 from kubectl import kubectl, needs_kubectl
 from pod_manifests import directive_keys
 
+from gpubus.up_dir import NATS_URL_FILE
 from gpubus_local.stack import Stack, StackError, StackSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -49,6 +53,13 @@ async def test_every_example_runs_through_gpubus_submit(e2e: E2E, example: str) 
     assert code == 0, out + err
     assert "Running 1" in out or "Succeeded 1" in out, out
     assert "submit->Running" in out
+
+
+async def test_an_example_submitted_twice_makes_two_pods_not_a_conflict(e2e: E2E) -> None:
+    for _ in range(2):
+        code, out, err = await gpubus("submit", str(EXAMPLES / "pod-small.yaml"),
+                                      "--kubeconfig", str(e2e.stack.kubeconfig), "--timeout", "60")
+        assert code == 0 and "Running 1" in out, out + err
 
 
 async def test_submit_count_summarises_phases_and_latency(e2e: E2E) -> None:
@@ -91,7 +102,8 @@ async def test_kubectl_apply_run_and_reapply_work_against_the_stack(e2e: E2E) ->
     merge patch): the GPU limits and the running slice stay as they were."""
     config = e2e.stack.kubeconfig
     example = await asyncio.to_thread((EXAMPLES / "pod-shared-memory.yaml").read_text)
-    manifest = example.replace("name: shared-memory", "name: kubectl-shared", 1)  # the stack is shared
+    # apply needs a name; the example has a generateName (a new pod per submit)
+    manifest = re.sub(r"(?m)^  generateName: .*$", "  name: kubectl-shared", example, count=1)
     code, out, err = await kubectl(config, "apply", "-f", "-", stdin=manifest)
     assert code == 0 and "pod/kubectl-shared created" in out, out + err
     code, out, err = await kubectl(config, "run", "plain-nginx", "--image=nginx", "--restart=Never")
@@ -134,10 +146,10 @@ async def test_get_pods_shows_node_and_gpu_slices(e2e: E2E) -> None:
     row = next(r for r in rows if r.startswith("shared-memory"))  # submitted by the examples test
     assert "node-" in row and "3000MiB/30%" in row, row
     code, out, _ = await gpubus("get", "pods", "-A", "-o", "wide", "--kubeconfig", str(e2e.stack.kubeconfig))
-    assert any(r.split()[:2] == ["kube-public", "quarter-card"] and "20480MiB/25%" in r
-               for r in out.splitlines()), out
+    assert any(r.split()[0] == "kube-public" and r.split()[1].startswith("quarter-card-")
+               and "20480MiB/25%" in r for r in out.splitlines()), out
     code, out, _ = await gpubus("get", "pods", "-o", "json", "--kubeconfig", str(e2e.stack.kubeconfig))
-    assert any(p["metadata"]["name"] == "shared-memory" for p in json.loads(out)["items"])
+    assert any(p["metadata"]["name"].startswith("shared-memory-") for p in json.loads(out)["items"])
     await e2e.check_invariants()
 
 
@@ -161,13 +173,60 @@ async def test_gpubus_up_prints_where_everything_is_and_stops_cleanly_on_ctrl_c(
             assert line, "gpubus up ended early:\n" + "".join(seen)
             seen.append(line)
     text = "".join(seen)
-    for what in ("NATS", "kubeconfig", "webhook", "extender", "monitor metrics", "dashboard", "gpubus tap",
+    for what in ("NATS", "kubeconfig", "webhook", "extender", "monitor metrics", "dashboard", " tap",
                  "HAMi single-node filter"):
         assert what in text, text
+    hints = printed_hints(text)
+    # The hints run as printed: this stack's NATS is on a port nobody told them (the data dir says it).
+    code, out, err = await run_printed([*hints["tap"], "--all", "--count", "1", "--timeout", "30"])
+    assert code == 0 and len(out.splitlines()) == 1, out + err
+    code, out, err = await run_printed(hints["snapshot"])
+    assert code == 0 and "nodes" in json.loads(out), err
     proc.send_signal(signal.SIGINT)
     rest, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, rest.decode()
     assert "stopped" in rest.decode()
+    assert not (tmp_path / NATS_URL_FILE).exists(), "the stopped stack's NATS URL is still recorded"
+
+
+def printed_hints(text: str) -> dict[str, list[str]]:
+    """The commands under ``try:``, each by its sub-command (``tap``, ``snapshot``, ``kubectl`` ...)."""
+    lines = [shlex.split(line) for line in text.split("\ntry:\n", 1)[1].splitlines() if line.startswith("  ")]
+    words = ("tap", "submit", "get", "snapshot", "kubectl")
+    return {next(w for w in argv if w in words): argv for argv in lines}
+
+
+async def run_printed(argv: list[str]) -> tuple[int, str, str]:
+    pipe = asyncio.subprocess.PIPE
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=pipe, stderr=pipe)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_gpubus_up_stops_everything_loudly_when_a_part_dies(tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpubus", "up", "--nodes", "1", "--devices", "1xA100-80GB", "--nats-port", "0",
+        "--port-base", "0", "--data-dir", str(tmp_path), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT)
+    assert proc.stdout is not None
+    pids: dict[str, int] = {}
+    async with asyncio.timeout(90):
+        while True:
+            line = (await proc.stdout.readline()).decode()
+            assert line, "gpubus up ended early"
+            if " ready (pid " in line:
+                name = line.split(" ready (pid ")[0].rsplit(" ", 1)[-1]
+                pids[name] = int(line.split(" ready (pid ")[1].split(")")[0])
+            if "Ctrl-C stops everything" in line:
+                break
+    os.kill(pids["scheduler"], signal.SIGKILL)
+    rest, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1
+    assert "scheduler died" in rest.decode()
+    for name, pid in pids.items():
+        if name != "scheduler":
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
 
 
 @pytest.mark.parametrize(("kubeconfig", "message"), [

@@ -120,10 +120,12 @@ async def test_a_second_up_on_a_live_data_dir_is_refused_naming_the_holder(runni
 
 
 async def test_the_printed_commands_quote_a_data_dir_with_a_space(running: Up) -> None:
-    lines = running.text.split("try:", 1)[1].splitlines()
-    commands = [shlex.split(line) for line in lines if line.strip().startswith(("gpubus", "kubectl"))]
+    lines = running.text.split("try:\n", 1)[1].splitlines()
+    commands = [shlex.split(line) for line in lines if line.startswith("  ")]
     kubeconfigs = [argv[argv.index("--kubeconfig") + 1] for argv in commands if "--kubeconfig" in argv]
-    assert kubeconfigs == [str(running.data_dir / "kubeconfig")] * 3, running.text
+    assert kubeconfigs == [str(running.data_dir / "kubeconfig")] * 3, running.text  # submit, get, kubectl
+    data_dirs = [argv[argv.index("--data-dir") + 1] for argv in commands if "--data-dir" in argv]
+    assert data_dirs == [str(running.data_dir)] * 2, running.text  # tap, snapshot
 
 
 async def test_sighup_stops_every_child_and_nats_server(tmp_path: Path) -> None:

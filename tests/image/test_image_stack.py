@@ -140,9 +140,9 @@ def test_gpu_pods_submitted_through_the_published_api_run_with_their_slices(
     assert submitted.returncode == 0, stack.report(f"submit failed:\n{submitted.stdout}\n{submitted.stderr}")
     assert "Running 3" in submitted.stdout
     gpus, memory, cores = EXAMPLES[example]
-    name = yaml.safe_load((ROOT / "examples" / example).read_text())["metadata"]["name"]
+    prefix = yaml.safe_load((ROOT / "examples" / example).read_text())["metadata"]["generateName"]
     pods = [p for p in _api(stack, "/api/v1/namespaces/default/pods")["items"]
-            if p["metadata"]["name"].startswith(f"{name}-")]
+            if p["metadata"]["name"].startswith(prefix)]
     assert len(pods) == 3
     for pod in pods:
         assert pod["status"]["phase"] == "Running"

@@ -125,10 +125,11 @@ def test_examples_directory_works(app: typer.Typer) -> None:
         app, "--cluster", str(EXAMPLES / "cluster.json"), "--pod", str(EXAMPLES / "pod-small.yaml"), "--json"
     )
     assert code == 0 and json.loads(out)["chosen"]
-    code, _, _ = run(
+    code, out, _ = run(
         app, "--cluster", str(EXAMPLES / "cluster.json"), "--pod", str(EXAMPLES / "pod-exclusive.yaml")
     )
     assert code == 1
+    assert out.startswith("pod default/exclusive-*: fits no node"), out  # generateName: no name yet
 
 
 BAD_CLUSTERS = [

@@ -98,6 +98,7 @@ def _tls(settings: WebhookSettings, metrics: WebhookMetrics) -> CertReloader | N
         settings.key or settings.cert,
         min_interval_s=settings.cert_check_interval_s,
         on_reload=lambda ok: metrics.cert_reloads.labels("ok" if ok else "failed").inc(),
+        client_ca=settings.client_ca or None,
     )
 
 

@@ -28,6 +28,11 @@ class WebhookSettings(ResourceNameSettings):
     """PEM serving certificate (chain); reloaded when the file changes. Empty = plain HTTP (tests only)."""
     key: str = ""
     """PEM private key of ``cert``."""
+    client_ca: str = ""
+    """PEM CA bundle: when set, only callers presenting a certificate it signed are served, so
+    every AdmissionReview (and the ``pod.admitted`` it becomes) is the API server's (give the API
+    server a client certificate for this webhook in its AdmissionConfiguration). Empty: anyone
+    who reaches the port (the chart's NetworkPolicy narrows that)."""
     cert_check_interval_s: float = 1.0
     """Least time between two checks of the cert/key files for a rotation, seconds."""
     max_body_bytes: int = MAX_BODY_BYTES

@@ -36,11 +36,18 @@ class CertReloader:
         *,
         min_interval_s: float = 1.0,
         on_reload: Callable[[bool], None] = lambda ok: None,
+        client_ca: str | Path | None = None,
     ) -> None:
         self.cert, self.key = Path(cert), Path(key)
         self._min_interval_s = min_interval_s
         self._on_reload = on_reload
-        self.context = _server_context()
+        self._client_ca = Path(client_ca) if client_ca else None
+        """When set, only clients presenting a certificate this CA signed are served (the API
+        server, given a client certificate for this webhook in its AdmissionConfiguration)."""
+        try:
+            self.context = _server_context(self._client_ca)
+        except (OSError, ssl.SSLError) as e:
+            raise TLSConfigError(f"cannot load the client CA {self._client_ca}: {e}") from e
         try:
             self._stamp = self._stat()
             self.context.load_cert_chain(self.cert, self.key)
@@ -61,8 +68,8 @@ class CertReloader:
             return None  # mid-rotation: a file is briefly missing; look again later
         if stamp == self._stamp:
             return None
-        fresh = _server_context()
         try:
+            fresh = _server_context(self._client_ca)
             fresh.load_cert_chain(self.cert, self.key)
             self.context.load_cert_chain(self.cert, self.key)
         except (OSError, ssl.SSLError) as e:
@@ -91,7 +98,10 @@ class CertReloader:
         return (a.st_mtime_ns, a.st_size, a.st_ino), (b.st_mtime_ns, b.st_size, b.st_ino)
 
 
-def _server_context() -> ssl.SSLContext:
+def _server_context(client_ca: Path | None) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if client_ca is not None:
+        ctx.load_verify_locations(client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx

@@ -1,8 +1,9 @@
 """Trends of memory and cores, allocated vs used, for the cluster, each node and each card (pure).
 
-Every ``base_step_s`` of stream time the live view's totals are sampled (the view changes only
-by events, so the state just before an event is the state at every boundary it crossed). Each
-:class:`Ring` keeps the means of those samples over its own step in a fixed number of slots:
+Every ``base_step_s`` of stream time the live view's cluster totals are sampled, and once a
+minute (six base steps at most) every node's and card's (the view changes only by events, so
+the state just before an event is the state at every boundary it crossed). Each :class:`Ring`
+keeps the means of its samples over its own step in a fixed number of slots:
 downsampled aggregates, never every sample, in ``float32`` arrays (8000 cards' last hour and
 1000 nodes' last week fit in about 30 MiB). A page reads a range cut at any moment, which is
 how charts travel in time. Must not know NATS, HTTP or how a chart is drawn.
@@ -75,6 +76,10 @@ class Series:
     values: dict[str, list[float | None]]
 
 
+CardRow = tuple[str, str, tuple[float, ...]]
+"""(card UUID, node, the six metrics)."""
+
+
 class Ring:
     """One tier: slot times shared by its scopes, one array of ``points x WIDTH`` floats per scope."""
 
@@ -135,6 +140,10 @@ class Trends:
     def __init__(self, base_step_s: float = 10.0) -> None:
         self.base_step_s = base_step_s
         self.rings = {(t.scope, t.range): Ring(t) for t in tiers(base_step_s)}
+        self.minute_s = self.rings[(Scope.NODE, Range.HOUR)].tier.step_s
+        """Nodes and cards are sampled once per this step (a minute at the default base step): their
+        8000 rows per sample are what costs."""
+        self._minute = -1
         self._next = 0.0
         self.samples = 0
 
@@ -149,21 +158,25 @@ class Trends:
         if until - self._next > longest:  # a long silence: only the last week can still be shown
             self._next += math.floor((until - self._next - longest) / self.base_step_s) * self.base_step_s
         cards = list(card_samples(view))
-        nodes = node_samples(view, cards)
         cluster = total(row for _, _, row in cards)
+        nodes: dict[str, tuple[float, ...]] | None = None
         while self._next <= until:
-            self._sample(self._next, cluster, nodes, cards)
+            self.samples += 1
+            for (scope, _), ring in self.rings.items():
+                if scope is Scope.CLUSTER:
+                    ring.add(self._next, ((CLUSTER, cluster),))
+            minute = math.floor(self._next / self.minute_s)
+            if minute != self._minute:  # nodes and cards: one sample a minute, the first in it
+                self._minute = minute
+                nodes = nodes if nodes is not None else node_samples(view, cards)
+                self._sample_scoped(self._next, nodes, cards)
             self._next += self.base_step_s
 
-    def _sample(self, t: float, cluster: tuple[float, ...], nodes: dict[str, tuple[float, ...]],
-                cards: list[tuple[str, str, tuple[float, ...]]]) -> None:
-        self.samples += 1
+    def _sample_scoped(self, t: float, nodes: dict[str, tuple[float, ...]], cards: list[CardRow]) -> None:
         for (scope, _), ring in self.rings.items():
-            if scope is Scope.CLUSTER:
-                ring.add(t, ((CLUSTER, cluster),))
-            elif scope is Scope.NODE:
+            if scope is Scope.NODE:
                 ring.add(t, nodes.items())
-            else:
+            elif scope is Scope.CARD:
                 ring.add(t, ((uuid, row) for uuid, _, row in cards))
 
     def series(self, scope: Scope, key: str, wanted: Range, until: float) -> Series:
@@ -173,16 +186,13 @@ class Trends:
         return ring.read(key, until)
 
 
-def card_samples(view: ClusterView) -> Iterator[tuple[str, str, tuple[float, ...]]]:
+def card_samples(view: ClusterView) -> Iterator[CardRow]:
     """(card UUID, node, the six metrics) of every card now."""
     for node in view.nodes.values():
         for d in node.devices:
             mem, cores, _ = view.given.get(d.id, (0, 0, 0))
             yield d.id, node.name, (float(d.devmem), float(mem), view.used.get(d.id, 0) / _MIB,
                                     float(d.devcore), float(cores), 100.0 * view.card_util.get(d.id, 0.0))
-
-
-CardRow = tuple[str, str, tuple[float, ...]]
 
 
 def node_samples(view: ClusterView, cards: list[CardRow]) -> dict[str, tuple[float, ...]]:

@@ -148,6 +148,9 @@ def test_trends_sample_the_state_that_held_at_each_boundary_and_cut_at_any_momen
     assert s.values["mem_total"] == [81920.0] * 6
     past = timeline.trends.series(Scope.CLUSTER, "cluster", Range.HOUR, until=1030.0)
     assert past.t == [1010.0, 1020.0, 1030.0]  # as at 1030: nothing after it
+    node = timeline.trends.series(Scope.NODE, "n1", Range.HOUR, until=1075.0)
+    # a node is sampled once a minute (the first base step in it): 1010 for 960-1020, then 1020
+    assert node.step_s == 60.0 and node.t == [960.0] and node.values["mem_alloc"] == [8000.0]
 
 
 def test_coarser_rings_keep_means_not_every_sample() -> None:

@@ -271,6 +271,19 @@ class KubeClient:
         status = body.get("status") if isinstance(body, dict) else None
         return status if isinstance(status, dict) else {}
 
+    async def review_access(self, user: dict[str, Any], attributes: dict[str, str]) -> bool:
+        """A SubjectAccessReview: may ``user`` (a TokenReview's ``status.user``) do ``attributes``
+        (``namespace``, ``group``, ``resource``, ``verb``)?"""
+        spec: dict[str, Any] = {"resourceAttributes": attributes, "user": user.get("username", ""),
+                                "groups": list(user.get("groups") or []), "uid": user.get("uid", "")}
+        if user.get("extra"):
+            spec["extra"] = user["extra"]
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        body = await self._call("review access",
+                                k8s.AuthorizationV1Api(self._api_client).create_subject_access_review, review)
+        status = body.get("status") if isinstance(body, dict) else None
+        return bool(isinstance(status, dict) and status.get("allowed"))
+
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return cast(dict[str, Any], await self._call("get secret", self._core.read_namespaced_secret,

@@ -14,12 +14,14 @@ import typer
 
 from shared.cli_options import (
     ConfigFile,
+    InCluster,
     LogJson,
     LogLevel,
     NatsCreds,
     NatsTlsCa,
     NatsUrl,
     bad_parameters,
+    kubeconfig_option,
     run_service,
 )
 from shared.config import load_settings
@@ -53,6 +55,11 @@ def dashboard(  # noqa: PLR0917 - typer maps parameters to the command line
     idle_after_s: Annotated[
         float | None, Opt("--idle-after", help="Seconds under 5% SM use before a slice is held but idle.")
     ] = None,
+    auth: Annotated[str | None, Opt(help="none (default) or kubernetes: pages need a bearer token "
+                                          "allowed to get dashboards.gpubus.io.")] = None,
+    auth_namespace: Annotated[str | None, Opt(help="Namespace of that dashboards resource.")] = None,
+    kubeconfig: Annotated[str | None, kubeconfig_option("that reviews tokens (--auth kubernetes)")] = None,
+    in_cluster: InCluster = None,
     nats_url: NatsUrl = None,
     nats_creds: NatsCreds = None,
     nats_tls_ca: NatsTlsCa = None,
@@ -64,7 +71,8 @@ def dashboard(  # noqa: PLR0917 - typer maps parameters to the command line
     cli = {"bind": bind, "port": port, "history_s": history_s, "checkpoint_interval_s": checkpoint_interval_s,
            "push_interval_s": push_interval_s, "pending_forget_s": pending_forget_s, "log_level": log_level,
            "log_json": log_json, "finished_retention_s": finished_retention_s, "trend_step_s": trend_step_s,
-           "idle_after_s": idle_after_s}
+           "idle_after_s": idle_after_s, "auth": auth, "auth_namespace": auth_namespace,
+           "kubeconfig": kubeconfig, "in_cluster": in_cluster}
     from services.dashboard.app import run
     from services.dashboard.settings import ENV_PREFIX, DashboardSettings
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -88,6 +88,8 @@ class Deps:
     clock: Callable[[], float] = time.time
     static_dir: Path = field(default_factory=lambda: STATIC)
     """The shell, the stylesheet and the built bundle (``dist/``)."""
+    middlewares: tuple[Any, ...] = ()
+    """Run before every handler, outermost first (the token gate, services/dashboard/access.py)."""
     streams: int = 0
     cache: dict[PageKey, _Built] = field(default_factory=dict)
     """Live pages as last built, by (path, query)."""
@@ -114,7 +116,7 @@ STOPPING = web.AppKey("stopping", asyncio.Event)
 
 
 def build_app(deps: Deps) -> web.Application:
-    app = web.Application(middlewares=[_html_404(deps)])
+    app = web.Application(middlewares=[*deps.middlewares, _html_404(deps)])
     shell = (deps.static_dir / "index.html").read_bytes()
     bundled = (deps.static_dir / BUNDLE).is_file()
     if not bundled:

@@ -20,6 +20,16 @@ class DashboardSettings:
     bind: str = "127.0.0.1"
     """Address to listen on: loopback unless told otherwise (the pages have no login of their own;
     in the chart a token check or a proxy stands in front, see docs/security.md)."""
+    auth: str = "none"
+    """``none`` (loopback, or a proxy that authenticates in front) or ``kubernetes``: every page
+    needs a bearer token the API server reviews, whose user may ``get`` ``dashboards.gpubus.io``
+    in ``auth_namespace`` (services/dashboard/access.py)."""
+    auth_namespace: str = "gpubus-system"
+    """Namespace of the ``dashboards`` resource checked with ``auth = "kubernetes"``."""
+    kubeconfig: str | None = None
+    """Kubeconfig for the token reviews (``auth = "kubernetes"``); else ``in_cluster``."""
+    in_cluster: bool = False
+    """Review tokens with the pod's service account."""
     port: int = 8080
     """HTTP port of the pages, ``/api``, ``/healthz``, ``/readyz`` and ``/metrics``; 0 picks a free one."""
     history_s: float = 900.0

@@ -24,8 +24,10 @@ DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 IGNOREFILE = ROOT / "deploy" / "Dockerfile.dockerignore"
 SCRIPT = ROOT / "scripts" / "image"
 SERVICES = ("webhook", "scheduler", "node_agent", "monitor", "dashboard")
-#: The dashboard's pages are files of the package: without them the image serves 404s.
-DASHBOARD_STATIC = {f"services/dashboard/static/{name}" for name in ("index.html", "app.js", "app.css")}
+#: The dashboard's pages are files of the package: without them the image serves 404s (the bundle in
+#: dist/ is built on the host by scripts/bootstrap before an image is made; without it, a 503 page).
+DASHBOARD_STATIC = {f"services/dashboard/static/{name}" for name in ("index.html", "app.css", "dist/app.js",
+                                                                     "dist/app.css")}
 #: Made on the host by scripts/image (`pip wheel`) when the builder cannot reach the index.
 HOST_WHEELS = "build/wheelhouse"
 
@@ -154,7 +156,8 @@ def test_wheels_built_from_the_copied_files_ship_stubs_and_every_service_and_pro
     for source in (s for s in _copied_sources() if s != HOST_WHEELS):
         origin, target = ROOT / source, context / source
         if origin.is_dir():
-            shutil.copytree(origin, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            ignored = shutil.ignore_patterns("__pycache__", "*.pyc", "node_modules")  # as the ignore file
+            shutil.copytree(origin, target, ignore=ignored)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(origin, target)

@@ -1,5 +1,5 @@
 """The webhook in the loop with the API server stand-in: pods created through the real SimKubeClient go
-through ``gpubus_sim``'s mutating webhook chain to our real HTTPS webhook, and the webhook reads
+through the stand-in's mutating webhook chain to our real HTTPS webhook, and the webhook reads
 ResourceQuotas back from the same API server through the real SimKubeClient.
 
 Cases: a bare ``gpu: 1`` pod is stored exclusive and routed to gpubus-scheduler; a multi-card pod

@@ -24,7 +24,8 @@ def test_settings_refuse_values_that_cannot_work(bad: dict[str, float]) -> None:
 
 
 @pytest.mark.parametrize("args", [["--push-interval", "0"], ["--port", "many"], ["--history", "nan"],
-                                  ["--trend-step", "0"], ["--finished-retention", "-1"], ["--idle-after", "x"]])
+                                  ["--trend-step", "0"], ["--finished-retention", "-1"],
+                                  ["--idle-after", "x"]])
 def test_a_bad_flag_is_a_usage_error_before_anything_starts(args: list[str]) -> None:
     result = CliRunner().invoke(app, ["dashboard", "--nats", "nats://127.0.0.1:1", *args])
     assert result.exit_code == 2, result.output

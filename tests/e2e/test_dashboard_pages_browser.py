@@ -10,8 +10,8 @@ list holds exactly the live GPU pods and its Finished list the finished one; the
 page shows where it ran and why it ended; the pending pod's page its wait and reasons per node;
 the node page its slices (no slice label cut to a letter or two), totals and charts; the card
 page its slice and charts; the events page hides heartbeats until asked and filters by pod and
-card. Screenshots go to ``build/artefacts/dashboard/`` (gitignored). Where Chromium or Playwright
-cannot be had the module skips, saying which; ``.ci/run`` installs both.
+card; no page's script throws. Screenshots go to ``build/artefacts/dashboard/`` (gitignored).
+Where Chromium or Playwright cannot be had the module skips, saying which; ``.ci/run`` installs both.
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ async def page(tmp_path: Path) -> AsyncIterator[Any]:
         chromium = await pw.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
             viewport={"width": 1400, "height": 1000})
+        errors: list[str] = []
         try:
-            yield await chromium.new_page()
+            tab = await chromium.new_page()
+            tab.on("pageerror", lambda e: errors.append(str(e)))  # an exception in the pages' script
+            yield tab
         finally:
             await chromium.close()
+        assert not errors, f"the page's script failed: {errors}"
 
 
 async def shot(page: Any, name: str) -> None:

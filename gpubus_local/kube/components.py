@@ -200,7 +200,8 @@ def kubelet_argv(binary: Path, paths: KubeletPaths, kubeconfig: Path, node: str,
     return [*unshare, "sh", "-c", script, str(paths.device_plugins), *kubelet]
 
 
-def fake_cri_argv(binary: Path, paths: KubeletPaths, ip_prefix: str) -> list[str]:
-    """The node's fake runtime; its pods get addresses in ``ip_prefix``.0.0/16 (loopback)."""
+def fake_cri_argv(binary: Path, paths: KubeletPaths, ip_prefix: str, kubeconfig: Path) -> list[str]:
+    """The node's fake runtime; its pods get addresses in ``ip_prefix``.0.0/16 (loopback), and it
+    reads their specs as the node (to let init containers finish)."""
     return [str(binary), f"--endpoint=unix://{paths.cri_socket}", f"--record-dir={paths.recorded}",
-            f"--ip-prefix={ip_prefix}"]
+            f"--ip-prefix={ip_prefix}", f"--kubeconfig={kubeconfig}"]

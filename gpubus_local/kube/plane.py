@@ -173,10 +173,11 @@ class ControlPlane:
                                                  max_pods=max_pods, feature_gates=kubelet_gates))
         paths.cri_socket.unlink(missing_ok=True)
         ip_prefix = f"127.{100 + len(self.nodes) % 150}"
-        runtime = Child(f"fake-cri-{name}", c.fake_cri_argv(b["fake-cri"], paths, ip_prefix),
+        node_kubeconfig = self.kubeconfig_for(kubelet_identity(name))
+        runtime = Child(f"fake-cri-{name}", c.fake_cri_argv(b["fake-cri"], paths, ip_prefix, node_kubeconfig),
                         self.logs / f"fake-cri-{name}.log", _socket_probe(paths.cri_socket))
         kubelet = Child(f"kubelet-{name}", c.kubelet_argv(
-            b["kubelet"], paths, self.kubeconfig_for(kubelet_identity(name)), name, labels,
+            b["kubelet"], paths, node_kubeconfig, name, labels,
             as_root=os.geteuid() == 0),
             self.logs / f"kubelet-{name}.log", http_probe(f"http://127.0.0.1:{healthz}/healthz"))
         node = KubeletNode(name=name, paths=paths, runtime=runtime, kubelet=kubelet)

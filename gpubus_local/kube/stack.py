@@ -18,6 +18,7 @@ fetched offline: the chart is installed from a copy without that dependency).
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import shutil
 import sys
@@ -45,6 +46,7 @@ from gpubus_local.stack_identity import (
     write_callout_files,
 )
 from gpubus_local.stack_tls import WebhookTLS, ensure_webhook_tls
+from services.authn.nkeyjwt import Signer
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +252,9 @@ class KubeStack:
             log_level=self.spec.log_level), self.spec.values)
         values_file = private_file(self.kube_dir / "values.yaml", yaml.safe_dump(values, sort_keys=False))
         chart = strip_dependencies(self.spec.chart, self.kube_dir / "chart")
+        host = self.kube_dir / "host"
+        for path in (host / "device-plugins", host / "pod-resources", host / "hook" / "vgpu"):
+            path.mkdir(parents=True, exist_ok=True)  # the DaemonSet's hostPath volumes (type Directory)
         argv = [str(binaries["helm"]), "upgrade", "--install", RELEASE, str(chart), "--namespace", NAMESPACE,
                 "--create-namespace", "--kubeconfig", str(self.kubeconfig), "--values", str(values_file)]
         log_path = self.data_dir / "logs" / "helm.log"
@@ -261,6 +266,18 @@ class KubeStack:
             raise StackError(f"helm install failed (exit {code}); see {log_path}:\n"
                              + "\n".join(log_path.read_text(errors="replace").splitlines()[-15:]))
         log.info("chart installed as %s/%s", NAMESPACE, RELEASE)
+        await self._issuer_secret()
+
+    async def _issuer_secret(self) -> None:
+        """The callout's issuer key as the Secret the chart's authn pod mounts (the chart's
+        pre-install Job would make it, but no container runs here to do so)."""
+        assert self.api is not None and self.callout is not None
+        seed = self.callout.issuer_seed.read_text().strip()
+        public = Signer.from_seed(seed).public_key
+        data = {"issuer.seed": seed, "issuer.pub": public}
+        await self.api.create(f"/api/v1/namespaces/{NAMESPACE}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "gpubus-nats-callout"},
+            "type": "Opaque", "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
 
     async def service_kubeconfig(self, component: str, *, pod: Json | None = None) -> Path:
         """A kubeconfig holding a token of the chart's ServiceAccount for ``component``."""
@@ -348,7 +365,7 @@ class KubeStack:
         node = await self.plane.add_node(name, labels=GPU_LABEL)
         await self.api.wait_for(f"/api/v1/nodes/{name}", node_ready, timeout=self.spec.ready_timeout_s,
                                 what=f"node {name} Ready")
-        pod = await self._daemon_pod(name)
+        pod = await self.node_pod(name)
         kubeconfig = await self.service_kubeconfig("node", pod=pod)
         token = await self.api.token(NAMESPACE, service_account("node"), audiences=[AUDIENCE], pod=pod)
         (self.kube_dir / "tokens").mkdir(parents=True, exist_ok=True)
@@ -363,7 +380,7 @@ class KubeStack:
             self._advertises(name), env={"GPUBUS_BUS_TOKEN_FILE": str(token_file), "GPUBUS_BUS_NODE": name})
         await self._start(agent)
 
-    async def _daemon_pod(self, node: str) -> Json:
+    async def node_pod(self, node: str) -> Json:
         """The chart's DaemonSet pod on ``node``, once the API server has it."""
         assert self.api is not None
         owner = service_account("node")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpubus_local.stack_check import replay_overcommit
+from shared.requests import parse_quantity
 
 Pod = dict[str, Any]
 
@@ -31,7 +32,10 @@ _MEM, _PCT, _CORES, _COUNT = "nvidia.com/gpumem", "nvidia.com/gpumem-percentage"
 
 
 def _limits(container: dict[str, Any]) -> dict[str, Any]:
-    return (container.get("resources") or {}).get("limits") or {}
+    """The container's limits as integers: a real API server returns quantities canonical
+    (``gpumem: 3000`` reads back as ``"3k"``)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return {name: parse_quantity(value) for name, value in limits.items() if name.startswith("nvidia.com/")}
 
 
 def live_gpu_pod(pod: Pod) -> bool:
@@ -59,7 +63,8 @@ def _expected_envs(pod: Pod, record: dict[str, Any], devmem: dict[str, int]) -> 
             problems.append(f"{name}/{c['name']}: the kubelet never got an Allocate answer")
             continue
         envs, ids = got["envs"], got["device_ids"]
-        if len(ids) != int(limits[_COUNT]):
+        # None: not reported (the real kubelet's pod-resources API leaves init containers out)
+        if ids is not None and len(ids) != int(limits[_COUNT]):
             problems.append(f"{name}/{c['name']}: asked {limits[_COUNT]} GPUs, kubelet assigned {len(ids)}")
         uuids = envs.get("NVIDIA_VISIBLE_DEVICES", "").split(",")
         if all(u.startswith("MIG-") for u in uuids):

@@ -161,7 +161,8 @@ def _workloads(replicas: int, image: str) -> str:
         return {"name": name, "namespace": WORKLOADS}
     docs = [
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta("trainer"),
-         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "trainer"}}, "template": template}},
+         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "trainer"}},
+                  "template": template}},
         {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("batch"),
          "spec": {"parallelism": 2, "completions": 2, "template": job_template}},
         {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta("shard"),

@@ -56,6 +56,13 @@ class LogLevel(StrEnum):
     WARNING = "warning"
     ERROR = "error"
 
+class ControlPlaneKind(StrEnum):
+    """What plays Kubernetes in ``gpubus up``."""
+
+    SIM = "sim"
+    KUBERNETES = "kubernetes"
+
+
 Opt = typer.Option
 
 
@@ -98,9 +105,18 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     node_identity: Annotated[bool, Opt(
         help="Each node-agent connects to NATS as its own node (auth callout, `gpubus authn`); "
              "needs the embedded NATS.")] = True,
+    control_plane: Annotated[ControlPlaneKind, Opt(
+        case_sensitive=False,
+        help="sim: the stand-in API server, kube-scheduler and kubelets (fast, nothing to build); "
+             "kubernetes: the real v1.37 etcd, kube-apiserver, kube-scheduler and kubelets, built "
+             "once by scripts/kube-build, with the Helm chart installed by the real helm.")]
+    = ControlPlaneKind.SIM,
 ) -> None:
     """Bring up a whole simulated GPU cluster on this machine: NATS, API server, webhook, scheduler, nodes."""
     setup_logging("info")
+    if control_plane == ControlPlaneKind.KUBERNETES:
+        raise typer.Exit(_up_kubernetes(nodes=nodes, devices=devices, data_dir=data_dir, nats=nats,
+                                        nats_port=nats_port, split_count=split_count, log_level=log_level))
     if nats_port and nats_port + nats_cluster - 1 > MAX_PORT:
         raise typer.BadParameter(f"a cluster of {nats_cluster} listens on --nats-port and the next ports: "
                                  f"{nats_port} leaves too few", param_hint="'--nats-port'")
@@ -115,6 +131,18 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
     with contextlib.suppress(KeyboardInterrupt):
         code = asyncio.run(_up(spec))
         raise typer.Exit(code)
+
+
+def _up_kubernetes(*, nodes: int, devices: str, data_dir: Path, nats: str | None, nats_port: int,
+                   split_count: int, log_level: LogLevel) -> int:
+    """``--control-plane kubernetes`` (:mod:`gpubus_local.kube.up`): the options that apply there."""
+    if nats is not None:
+        raise typer.BadParameter("the real control plane runs its own embedded NATS (per-node identity)",
+                                 param_hint="'--nats'")
+    from gpubus_local.kube.stack import KubeStackSpec
+    from gpubus_local.kube.up import up_kubernetes
+    return up_kubernetes(KubeStackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_port=nats_port,
+                                       split_count=split_count, log_level=log_level.value))
 
 
 async def _up(spec: StackSpec) -> int:

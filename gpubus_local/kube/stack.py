@@ -75,6 +75,8 @@ class KubeStackSpec:
     """gpubus scheduler + kube-scheduler pairs, as the chart's scheduler pods hold them."""
     log_level: str = "info"
     nats_port: int = 0
+    nats_args: tuple[str, ...] = ()
+    """Extra nats-server arguments (e.g. ``-m PORT`` for its monitoring endpoint)."""
     feature_gates: str = ""
     runtime_config: str = ""
     ready_timeout_s: float = 180.0
@@ -150,6 +152,7 @@ class KubeStack:
         self.api: AdminApi | None = None
         self.tls: WebhookTLS | None = None
         self.callout: CalloutFiles | None = None
+        self.binaries: Binaries | None = spec.binaries
 
     async def __aenter__(self) -> Self:
         try:
@@ -197,11 +200,13 @@ class KubeStack:
         make_dirs(self.data_dir)
         self.lock.acquire()
         make_dirs(self.data_dir, SUBDIRS)
-        binaries = spec.binaries if spec.binaries is not None else await asyncio.to_thread(find_binaries)
+        if self.binaries is None:
+            self.binaries = await asyncio.to_thread(find_binaries)
+        binaries = self.binaries
         self.tls = ensure_webhook_tls(self.data_dir / "tls")
         self.callout = write_callout_files(self.data_dir / "run" / "authn")
         self.nats = EmbeddedNats(self.data_dir / "nats", port=spec.nats_port or free_port(),
-                                 extra_args=("-c", str(self.callout.nats_conf)))
+                                 extra_args=("-c", str(self.callout.nats_conf), *spec.nats_args))
         await asyncio.to_thread(self.nats.start)
         self.plane = ControlPlane(PlaneSpec(
             directory=self.kube_dir, binaries=binaries, feature_gates=spec.feature_gates,

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import ssl
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +39,9 @@ from gpubus_local.natsserver import free_port
 from gpubus_local.stack import Child, Probe
 
 log = logging.getLogger(__name__)
+
+MAX_SOCKET_PATH = 100
+"""Longest unix socket path we let a kubelet make (the kernel's limit is 107 bytes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +100,14 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.ports.apiserver}"
         self.children: dict[str, Child] = {}
         self.nodes: dict[str, KubeletNode] = {}
+        self.kubelets = self.directory / "kubelets"
+        """The kubelets' root dirs. A kubelet serves unix sockets under its root (the longest:
+        ``pod-resources/<10 digits>``, made before it binds), and a socket path must stay under
+        108 bytes: under a long data dir the roots go to a short scratch dir, removed at stop."""
+        self._scratch: Path | None = None
+        if len(str(self.kubelets / "node-00000" / "pod-resources" / "0123456789")) > MAX_SOCKET_PATH:
+            self._scratch = Path(tempfile.mkdtemp(prefix="gpubus-kubelets-"))
+            self.kubelets = self._scratch
 
     async def __aenter__(self) -> Self:
         try:
@@ -164,7 +177,7 @@ class ControlPlane:
                        kubelet_gates: dict[str, bool] | None = None) -> KubeletNode:
         """Start ``name``'s fake runtime and kubelet; ready once the kubelet serves its healthz."""
         b = self.spec.binaries
-        paths = c.KubeletPaths(root=self.directory / "kubelets" / name)
+        paths = c.KubeletPaths(root=self.kubelets / name)
         for d in (paths.device_plugins, paths.pod_resources.parent, paths.recorded, paths.pod_logs):
             d.mkdir(parents=True, exist_ok=True)
         port, healthz = free_port(), free_port()
@@ -192,6 +205,8 @@ class ControlPlane:
             await node.runtime.stop()
         for child in reversed(list(self.children.values())):
             await child.stop()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def any_https_probe(port: int) -> Probe:

@@ -243,11 +243,18 @@ class KubeClient:
         if rest.server_hostname:
             extra["server_hostname"] = rest.server_hostname
         with _translated(what):
-            async with rest.pool_manager.request(method, self.host + path, data=orjson.dumps(body),
+            data = None if body is None else orjson.dumps(body)
+            async with rest.pool_manager.request(method, self.host + path, data=data,
                                                  headers=headers, timeout=self._timeout, **extra) as resp:
                 await _raise_for_status(resp, what)
                 raw = await resp.read()
         return orjson.loads(raw) if raw else None
+
+    async def request(self, what: str, method: str, path: str, body: object = None,
+                      content_type: str = JSON) -> Any:
+        """Any call by path, JSON in and out: the API groups the generated client lacks
+        (``resource.k8s.io/v1`` for DRA). Errors as every other call (:mod:`shared.kube_errors`)."""
+        return await self._send(what, method, path, body, content_type)
 
     async def _call(self, what: str, method: Callable[..., Awaitable[Any]], *args: Any, **kw: Any) -> Any:
         """Run one generated API method raw; return the decoded JSON body (or raise a KubeError)."""

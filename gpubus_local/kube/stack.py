@@ -86,6 +86,9 @@ class KubeStackSpec:
     """Extra chart values, merged over the launcher's."""
     binaries: Binaries | None = None
     """None: :func:`find_binaries` (builds them on a cold cache)."""
+    mode: str = "extender"
+    """The chart's ``mode``: ``extender`` (device plugin + scheduler extender) or ``dra`` (each
+    node-agent a DRA kubelet plugin publishing a ResourceSlice; kube-scheduler places claims)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,15 +253,18 @@ class KubeStack:
     # -- the chart ------------------------------------------------------------------------------
     async def _install_chart(self, binaries: Binaries) -> None:
         assert self.plane is not None and self.tls is not None
-        values = merge(chart_values(
+        host = self.kube_dir / "host"
+        dra = {"registryDir": str(host / "plugins_registry"),
+               "pluginDir": str(host / "plugins" / "gpubus.io"), "cdiDir": str(host / "cdi")}
+        values = merge(merge(chart_values(
             nats_url=self.nats_url, webhook_url=f"https://127.0.0.1:{self.ports.webhook}/webhook",
             ca_pem=self.tls.ca_pem().decode(), extender_url=f"http://127.0.0.1:{self.ports.schedulers[0]}",
-            host_dir=self.kube_dir / "host", split_count=self.spec.split_count,
-            log_level=self.spec.log_level), self.spec.values)
+            host_dir=host, split_count=self.spec.split_count,
+            log_level=self.spec.log_level), {"mode": self.spec.mode, "dra": dra}), self.spec.values)
         values_file = private_file(self.kube_dir / "values.yaml", yaml.safe_dump(values, sort_keys=False))
         chart = strip_dependencies(self.spec.chart, self.kube_dir / "chart")
-        host = self.kube_dir / "host"
-        for path in (host / "device-plugins", host / "pod-resources", host / "hook" / "vgpu"):
+        for path in (host / "device-plugins", host / "pod-resources", host / "hook" / "vgpu",
+                     *(Path(d) for d in dra.values())):
             path.mkdir(parents=True, exist_ok=True)  # the DaemonSet's hostPath volumes (type Directory)
         argv = [str(binaries["helm"]), "upgrade", "--install", RELEASE, str(chart), "--namespace", NAMESPACE,
                 "--create-namespace", "--kubeconfig", str(self.kubeconfig), "--values", str(values_file)]
@@ -375,15 +381,37 @@ class KubeStack:
         token = await self.api.token(NAMESPACE, service_account("node"), audiences=[AUDIENCE], pod=pod)
         (self.kube_dir / "tokens").mkdir(parents=True, exist_ok=True)
         token_file = private_file(self.kube_dir / "tokens" / f"{name}.token", token)
+        dra = [] if self.spec.mode == "extender" else [
+            "--mode", self.spec.mode, "--dra-registry-dir", str(node.paths.root / "plugins_registry"),
+            "--dra-plugin-dir", str(self.dra_plugin_dir(name)), "--cdi-dir", str(self.cdi_dir(name))]
         agent = self._child(f"node-agent-{name}", self._gpubus(
             "node-agent", "--node-name", name, "--simulate", self.spec.devices,
             "--device-split-count", str(self.spec.split_count),
             "--plugin-dir", str(node.paths.device_plugins),
             "--pod-resources-socket", str(node.paths.pod_resources),
             "--hook-path", str(self.kube_dir / "hook"),
-            "--metrics-port", "0", "--kubeconfig", str(kubeconfig), "--nats", self.nats_url),
-            self._advertises(name), env={"GPUBUS_BUS_TOKEN_FILE": str(token_file), "GPUBUS_BUS_NODE": name})
+            "--metrics-port", "0", "--kubeconfig", str(kubeconfig), "--nats", self.nats_url, *dra),
+            self._advertises(name) if self.spec.mode == "extender" else self._publishes(name),
+            env={"GPUBUS_BUS_TOKEN_FILE": str(token_file), "GPUBUS_BUS_NODE": name})
         await self._start(agent)
+
+    def dra_plugin_dir(self, node: str) -> Path:
+        """DRA mode: ``node``'s DRA socket and prepared-claim state (``<kubelet root>/plugins/gpubus.io``)."""
+        assert self.plane is not None
+        return self.plane.nodes[node].paths.root / "plugins" / "gpubus.io"
+
+    def cdi_dir(self, node: str) -> Path:
+        """DRA mode: where ``node``'s node-agent writes prepared claims' CDI specs."""
+        assert self.plane is not None
+        return self.plane.nodes[node].paths.root / "cdi"
+
+    def _publishes(self, node: str) -> Probe:
+        """DRA mode: ready once the node-agent's ResourceSlice is on the API server."""
+        async def probe() -> bool:
+            assert self.api is not None
+            name = f"{node}-gpubus-io"
+            return await self.api.get(f"/apis/resource.k8s.io/v1/resourceslices/{name}") is not None
+        return probe
 
     async def node_pod(self, node: str) -> Json:
         """The chart's DaemonSet pod on ``node``, once the API server has it."""

@@ -44,6 +44,9 @@ def node_permissions(node: str) -> Permissions:
     own_events = (
         f"gpubus.inventory.*.{t}", f"gpubus.device.*.{t}", f"gpubus.usage.*.{t}",
         f"gpubus.allocation.applied.{t}", f"gpubus.allocation.failed.{t}", f"gpubus.allocation.mismatch.{t}",
+        # DRA mode: the node-agent unprepares claims (only its own node's subject; the ledger, which
+        # places pods, is the scheduler's and does not read released events)
+        f"gpubus.allocation.released.{t}",
     )
     locks = lease_key(node, 0).rsplit(".", 1)[0] + ".*"  # alloc.<node>.*
     kv_writes = (f"$KV.{INVENTORY}.{node}", f"$KV.{LOCKS}.{locks}")

@@ -11,16 +11,19 @@ lives in its module.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from services.node_agent.advertised import Advertised
 from services.node_agent.discovery import DeviceSource, HealthChange, HealthPolicy
+from services.node_agent.dra_plugin import ClaimStore, DraPlugin, DraService, SlicePublisher
 from services.node_agent.errors import DiscoveryError
-from services.node_agent.handoff import Handoff
+from services.node_agent.handoff import Handoff, allocate_config
 from services.node_agent.health import Health, health_subject
 from services.node_agent.kubelet import PluginServer
 from services.node_agent.leases import LeaseReleaser
@@ -29,14 +32,15 @@ from services.node_agent.mig import MigPort
 from services.node_agent.pending import Completed
 from services.node_agent.plugin import DevicePluginServicer
 from services.node_agent.publisher import InventoryPublisher
-from services.node_agent.settings import NodeAgentSettings
+from services.node_agent.settings import MODE_LABEL, NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
 from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, Verifier
 from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings, Route, Service
 from shared.bus.metrics import BusStatsCollector
+from shared.config import SettingsError
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, node_token
-from shared.kube import KubeApi
+from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
 from shared.ledger_entries import decode_entry
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
@@ -134,6 +138,17 @@ class NodeAgent:
         )
         self._subscription: Route | None = None
         self._health_service: Service | None = None
+        self.dra: DraPlugin | None = None
+        self.slices: SlicePublisher | None = None
+        if settings.mode == "dra":
+            if not isinstance(kube, KubeClient):
+                raise DiscoveryError("DRA mode needs the Kubernetes API (--kubeconfig or in-cluster)")
+            store = ClaimStore(Path(settings.dra_plugin_dir) / "claims", Path(settings.cdi_dir),
+                               settings.dra_driver)
+            service = DraService(settings=settings, advertised=self.advertised, store=store, kube=kube,
+                                 config=allocate_config(settings), metrics=self.metrics, emit=bus.emit)
+            self.dra = DraPlugin(settings, service, self.metrics)
+            self.slices = SlicePublisher(settings, self.advertised, kube)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -147,7 +162,12 @@ class NodeAgent:
         if self.health.injectable:
             self._health_service = await self.bus.serve(health_subject(self.node), self.health.on_request)
         self._count_malformed_xids()
-        if self.advertised.snapshot.devices:
+        if self.dra is not None and self.slices is not None:
+            # DRA mode: kube-scheduler places claims on the ResourceSlice; no device plugin
+            await self.slices.publish()
+            self.tasks.spawn("resourceslice", self.slices.run(), root=True)
+            await self.dra.start()
+        elif self.advertised.snapshot.devices:
             await self.plugin.start()
             self.tasks.spawn("kubelet-watch", self.plugin.run(), root=True)
         else:
@@ -171,6 +191,8 @@ class NodeAgent:
             await self._health_service.stop()
         await self.tasks.close()
         await self.plugin.stop()
+        if self.dra is not None:
+            await self.dra.stop()
         await self.source.close()
         if self.pod_resources is not None:
             await self.pod_resources.close()
@@ -240,12 +262,27 @@ async def metrics_server(settings: NodeAgentSettings, metrics: NodeAgentMetrics)
     return runner
 
 
+async def resolve_mode(settings: NodeAgentSettings, kube: KubeClient | None) -> NodeAgentSettings:
+    """``node-label`` mode made concrete from the Node's :data:`MODE_LABEL` (extender when unset)."""
+    if settings.mode != "node-label":
+        return settings
+    if kube is None:
+        raise SettingsError("mode node-label reads the Node's labels: it needs --kubeconfig or --in-cluster")
+    node = await kube.request(f"get node {settings.node_name}", "GET", f"/api/v1/nodes/{settings.node_name}")
+    mode = ((node.get("metadata") or {}).get("labels") or {}).get(MODE_LABEL, "extender")
+    if mode not in ("extender", "dra"):
+        raise SettingsError(f"node {settings.node_name}: label {MODE_LABEL}={mode!r} is not extender or dra")
+    log.info("node %s runs in %s mode (label %s)", settings.node_name, mode, MODE_LABEL)
+    return dataclasses.replace(settings, mode=mode)
+
+
 async def run(settings: NodeAgentSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """The ``gpubus node-agent`` process: one agent (+ metrics endpoint) until the lifetime ends
     (SIGTERM/SIGINT, or a root task that died)."""
     source = open_source(settings)
     bus = await Bus.connect(bus_settings, source=f"node-agent/{settings.node_name}")
     kube = await kube_client(settings)
+    settings = await resolve_mode(settings, kube)
     agent = NodeAgent(settings, source=source, bus=bus, kube=kube, on_fatal=lifetime.fail)
     agent.metrics.registry.register(BusStatsCollector(lambda: bus.stats))
     metrics = await metrics_server(settings, agent.metrics)

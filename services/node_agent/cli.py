@@ -54,6 +54,11 @@ def node_agent(
     filter_indexes: Annotated[str | None, Opt(help="Comma list of GPU indexes to hide.")] = None,
     heartbeat_s: Annotated[float | None, Opt(help="Inventory heartbeat, seconds.")] = None,
     metrics_port: Annotated[int | None, Opt(help="Prometheus port (0 = off).")] = None,
+    mode: Annotated[str | None, Opt(help="extender (device plugin) or dra (DRA kubelet plugin).")] = None,
+    dra_driver: Annotated[str | None, Opt(help="DRA driver name (default gpubus.io).")] = None,
+    dra_registry_dir: Annotated[str | None, Opt(help="Kubelet plugin registration dir (DRA mode).")] = None,
+    dra_plugin_dir: Annotated[str | None, Opt(help="DRA socket and claim state dir (DRA mode).")] = None,
+    cdi_dir: Annotated[str | None, Opt(help="CDI spec dir for prepared claims (DRA mode).")] = None,
     common: CommonOptions,
 ) -> None:
     """Run the node-agent: GPU discovery, the kubelet device plugin and Allocate from bus decisions."""

@@ -27,6 +27,9 @@ MAX_SPLIT_COUNT = 1000
 MAX_SCALING = 100.0
 #: Preconfigured card memory at most (1 PiB): larger is a typo, and would overflow the wire.
 MAX_DEVICE_MEMORY_MIB = 1 << 30
+#: ``node-label``: the node's :data:`MODE_LABEL` chooses (extender when unset), per node pool.
+MODES = ("extender", "dra", "node-label")
+MODE_LABEL = "gpubus.io/mode"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +117,17 @@ class NodeAgentSettings:
     """Kubeconfig for writing the node register annotation; empty = in-cluster if available, else skip."""
     in_cluster: bool = False
     """Use the in-cluster service account to write the node register annotation."""
+    mode: str = "extender"
+    """``extender``: the device plugin, placements by gpubus's scheduler extender. ``dra``: a DRA
+    kubelet plugin and a ResourceSlice of consumable-capacity devices, placements by kube-scheduler."""
+    dra_driver: str = "gpubus.io"
+    """DRA driver name (the DeviceClass selects it)."""
+    dra_registry_dir: str = "/var/lib/kubelet/plugins_registry"
+    """The kubelet's plugin registration directory (``<kubelet root>/plugins_registry``)."""
+    dra_plugin_dir: str = "/var/lib/kubelet/plugins/gpubus.io"
+    """Where the DRA service's socket and the prepared claims' state live."""
+    cdi_dir: str = "/var/run/cdi"
+    """Where prepared claims' CDI specs are written (the container runtime's CDI spec dir)."""
     log_level: str = "info"
     log_json: bool = False
 
@@ -184,6 +198,10 @@ def validate(settings: NodeAgentSettings) -> NodeAgentSettings:
         )
     if "/" in settings.libvgpu_version:
         raise SettingsError(f"libvgpu version {settings.libvgpu_version!r} must not contain '/'")
+    if settings.mode not in MODES:
+        raise SettingsError(f"mode must be one of {', '.join(MODES)}, got {settings.mode!r}")
+    if not settings.dra_driver or "/" in settings.dra_driver:
+        raise SettingsError(f"dra driver {settings.dra_driver!r} must be a DNS subdomain such as gpubus.io")
     if not 0 <= settings.metrics_port <= 65535:
         raise SettingsError(f"metrics port must be 0..65535, got {settings.metrics_port}")
     return settings

@@ -99,6 +99,8 @@ def test_node_permissions_name_only_the_nodes_own_subjects() -> None:
     assert "$KV.inventory.gpu-1.example.com" in p.publish
     assert "$KV.locks.alloc.gpu-1.example.com.*" in p.publish
     assert "gpubus.inventory.*.gpu-1_example_com" in p.publish
+    assert "gpubus.allocation.released.gpu-1_example_com" in p.publish  # DRA mode's unprepare
+    assert "gpubus.allocation.released.*" not in p.publish and "gpubus.allocation.decided.*" not in p.publish
     inbox = node_inbox_prefix("gpu-1.example.com")
     assert p.subscribe == (f"{inbox}.>", "gpubus.query.health.gpu-1_example_com")
     everything = " ".join(p.publish + p.subscribe)

@@ -16,6 +16,14 @@ Pod mix (reference/performance.md §5): 60 % 1 x (8 GiB, 20 %), 30 % 2 x (16 GiB
     .venv/bin/python bench/e2e.py --pods 9000 --rate 150         # latency at 150 pods/s
     .venv/bin/python bench/e2e.py --single-node-filter           # HAMi mode: no /prioritize
     .venv/bin/python bench/e2e.py --smoke                        # 2 nodes, 20 pods: proves it runs
+
+``--control-plane kubernetes`` runs the same load on the real control plane (``scripts/kube-build``):
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler calling the extender, and per node a
+real kubelet on the fake CRI runtime with a node-agent (:mod:`gpubus_local.kube.stack`). Each
+process's CPU is reported per started pod, raw and net of idle; kubelets, fake runtimes and
+node-agents summed.
+
+    .venv/bin/python bench/e2e.py --control-plane kubernetes --nodes 8 --pods 3000 --rate 150
 """
 
 from __future__ import annotations
@@ -39,7 +47,9 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpubus.pods import percentile
-from gpubus_local.natsserver import free_port
+from gpubus_local.kube.binaries import find_binaries
+from gpubus_local.kube.stack import KubeStack, KubeStackSpec
+from gpubus_local.natsserver import EmbeddedNats, free_port
 from gpubus_local.stack import Stack, StackSpec
 from gpubus_local.stack_check import replay_overcommit
 from shared.bus import STREAM, Bus, BusSettings
@@ -72,7 +82,9 @@ def make_pod(i: int, rng: random.Random, mix: str, duration: str) -> dict[str, A
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"b-{i}", "namespace": "default", "labels": {BENCH_LABEL: "e2e"},
                          "annotations": {"gpubus.io/sim-duration": duration}},
-            "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
+            # Never: a kubelet restarts a container that ended under the default Always
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -159,6 +171,18 @@ async def replay_events(url: str) -> list[dict[str, Any]]:
 async def main(args: argparse.Namespace) -> None:
     data = Path(args.data_dir or tempfile.mkdtemp(prefix="gpubus-bench-"))
     keep = args.data_dir is not None or args.profile  # else the temp dir goes: its NATS store is 100-200 MB
+    try:
+        if args.control_plane == "kubernetes":
+            await main_kube(args, data)
+        else:
+            await main_sim(args, data)
+    finally:
+        if not keep:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+async def main_sim(args: argparse.Namespace, data: Path) -> None:
+    """The stand-in control plane (``gpubus up``): one process per role."""
     # the stand-ins' Normal events (Scheduled, Started: two API writes a pod, ~0.75 ms of simulator
     # CPU) are off unless --normal-events; Warnings (FailedScheduling, admission errors) stay on
     events = () if args.normal_events else ("--no-normal-events",)
@@ -179,19 +203,59 @@ async def main(args: argparse.Namespace) -> None:
     t = time.monotonic()
     await stack.start()
     print(f"stack up: {args.nodes} nodes x {args.devices} in {time.monotonic() - t:.1f}s "
-          f"(data {data}{'' if keep else ', removed at the end; --data-dir keeps it'}); "
+          f"(data {data}{'' if args.data_dir else ', removed at the end; --data-dir keeps it'}); "
           f"stand-in events: {'all' if args.normal_events else 'Warnings only (--normal-events: all)'}")
-    kube = await KubeClient.from_kubeconfig(stack.kubeconfig)
+    try:
+        pids = {**{n: [c.pid] for n, c in stack.children.items()},
+                "nats": [stack.nats.pid if isinstance(stack.nats, EmbeddedNats) else None]}
+        assert stack.ports is not None
+        await measure(args, stack.kubeconfig, pids, monitor_port, stack.nats_url,
+                      f"http://127.0.0.1:{stack.ports.scheduler}/metrics")
+    finally:
+        await stack.stop()
+
+
+def kube_pids(stack: KubeStack) -> dict[str, list[int | None]]:
+    """Process ids by what the report calls them: each control-plane component and gpubus service
+    on its own, the kubelets, fake runtimes and node-agents each summed."""
+    assert stack.plane is not None and stack.nats is not None
+    groups: dict[str, list[int | None]] = {n: [c.pid] for n, c in stack.plane.children.items()}
+    groups["kubelets"] = [n.kubelet.pid for n in stack.plane.nodes.values()]
+    groups["fake-cris"] = [n.runtime.pid for n in stack.plane.nodes.values()]
+    for name, child in stack.children.items():
+        key = "agents" if name.startswith("node-agent-") else name
+        groups.setdefault(key, []).append(child.pid)
+    groups["nats"] = [stack.nats.pid]
+    return groups
+
+
+async def main_kube(args: argparse.Namespace, data: Path) -> None:
+    """The real control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, real
+    kubelets on the fake CRI runtime, gpubus installed by its Helm chart."""
+    spec = KubeStackSpec(data_dir=data, nodes=args.nodes, devices=args.devices, log_level="warning",
+                         ready_timeout_s=300, binaries=await asyncio.to_thread(find_binaries, build=False),
+                         nats_args=("-m", str(monitor_port := free_port())))
+    t = time.monotonic()
+    async with KubeStack(spec) as stack:
+        print(f"stack up (real control plane): {args.nodes} kubelets x {args.devices} in "
+              f"{time.monotonic() - t:.1f}s (data {data}{'' if args.data_dir else ', removed at the end'})")
+        await measure(args, stack.kubeconfig, kube_pids(stack), monitor_port, stack.nats_url,
+                      f"http://127.0.0.1:{stack.ports.schedulers[0]}/metrics")
+
+
+async def measure(args: argparse.Namespace, kubeconfig: Path,  # noqa: PLR0917
+                  pids: dict[str, list[int | None]], monitor_port: int, nats_url: str, extender: str) -> None:
+    """The load and every figure, the same on either control plane."""
+    kube = await KubeClient.from_kubeconfig(kubeconfig)
     observer = Observer()
     watch = asyncio.create_task(observer.follow(kube))
     try:
         await asyncio.wait_for(observer.synced.wait(), 60)
         rng = random.Random(7)
         pods = [make_pod(i, rng, args.mix, args.duration) for i in range(args.pods)]
-        pids = {**{n: c.pid for n, c in stack.children.items()},
-                "nats": stack.nats.pid if stack.nats else None}
+        print(f"load average before the load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         idle = await idle_cpu(pids, args.idle_s)
-        cpu0, msgs0 = {n: cpu_seconds(pid) for n, pid in pids.items()}, await nats_messages(monitor_port)
+        cpu0, msgs0 = {n: group_cpu(group) for n, group in pids.items()}, await nats_messages(monitor_port)
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         submitted: dict[str, float] = {}
         errors: list[str] = []
@@ -205,47 +269,55 @@ async def main(args: argparse.Namespace) -> None:
                 last, progress_at = len(observer.started), time.monotonic()
             await asyncio.sleep(0.2)
         wall = max(observer.started.values(), default=time.time()) - wall0
-        cpu = {n: cpu_seconds(pid) - cpu0[n] for n, pid in pids.items()}
+        cpu = {n: group_cpu(group) - cpu0[n] for n, group in pids.items()}
         messages = messages_line(msgs0, await nats_messages(monitor_port), len(observer.started))
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu["bench"] = self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
         report(args, submitted, observer, errors, offered_s, wall, cpu, idle)
         print(messages)
-        print("extender answers: " + await extender_answers(stack))
-        events = await replay_events(stack.nats_url)
+        print(f"load average after the load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("extender answers: " + await extender_answers(extender))
+        events = await replay_events(nats_url)
         problems = replay_overcommit(events)
         print(f"over-commit check: {len(events)} events replayed, "
               f"{'0 over-commits' if not problems else f'{len(problems)} OVER-COMMITS: {problems[:3]}'}")
     finally:
         watch.cancel()
         await kube.close()
-        await stack.stop()
-        if not keep:
-            shutil.rmtree(data, ignore_errors=True)
 
 
-async def idle_cpu(pids: dict[str, int | None], seconds: float) -> dict[str, float]:
+def group_cpu(pids: list[int | None]) -> float:
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+async def idle_cpu(pids: dict[str, list[int | None]], seconds: float) -> dict[str, float]:
     """CPU seconds a second each process burns with no pod in flight (timers, heartbeats, the 100
     node-agents' consumers in one process): the per-pod figures are also printed net of it."""
     if seconds <= 0:
         return dict.fromkeys(pids, 0.0)
-    before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+    before = {n: group_cpu(group) for n, group in pids.items()}
     await asyncio.sleep(seconds)
-    return {n: (cpu_seconds(pid) - before[n]) / seconds for n, pid in pids.items()}
+    return {n: (group_cpu(group) - before[n]) / seconds for n, group in pids.items()}
 
 
-async def extender_answers(stack: Stack) -> str:
-    """``verb outcome=count`` from the scheduler's decision counter: how many binds failed and why."""
-    assert stack.ports is not None
-    url = f"http://127.0.0.1:{stack.ports.scheduler}/metrics"
+async def extender_answers(url: str) -> str:
+    """``verb outcome=count`` from the scheduler's decision counter (its ``/metrics`` at ``url``):
+    how many binds failed and why."""
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         text = await response.text()
-    counts = []
+    counts, wait = [], {}
     for family in text_string_to_metric_families(text):
         if family.name == "gpubus_scheduler_decisions":
             counts += [f"{s.labels['verb']} {s.labels['outcome']}={s.value:.0f}"
                        for s in family.samples if s.name.endswith("_total") and s.value]
-    return ", ".join(sorted(counts)) or "none"
+        elif family.name == "gpubus_scheduler_lease_wait_seconds":
+            wait.update({s.name.rsplit("_", 1)[1]: s.value for s in family.samples
+                         if s.name.endswith(("_sum", "_count"))})
+    # a bind waits for its Allocate lease until the node's kubelet has run Allocate for the pod
+    # bound before it with as many devices: the stand-in kubelets call it at once, real ones at admission
+    leases = (f"; lease wait mean {wait['sum'] / wait['count'] * 1000:.0f} ms over {wait['count']:.0f} binds"
+              if wait.get("count") else "")
+    return (", ".join(sorted(counts)) or "none") + leases
 
 
 async def nats_messages(port: int) -> dict[str, tuple[int, int]]:
@@ -264,7 +336,7 @@ async def nats_messages(port: int) -> dict[str, tuple[int, int]]:
 #: Connection names of the processes whose NATS traffic the bench reports, as prefixes: with
 #: per-node identity each node-agent has a connection of its own, ``gpubus-node-agent-<node>``.
 _NATS_CLIENTS = {"scheduler": ("gpubus-scheduler",),
-                 "node-agents": ("gpubus-sim-agents", "gpubus-node-agent-"),
+                 "node-agents": ("gpubus-sim-agents", "gpubus-node-agent-", "node-agent-"),
                  "kubelets+monitor": ("gpubus-sim-hosts",), "webhook": ("gpubus-webhook",)}
 
 
@@ -308,18 +380,21 @@ def report(args: argparse.Namespace, submitted: dict[str, float], observer: Obse
     if lat:
         p50, p99 = percentile(lat, 50) * 1000, percentile(lat, 99) * 1000
         print(f"submit->Running: p50 {p50:.0f} ms  p99 {p99:.0f} ms  max {max(lat) * 1000:.0f} ms")
-    sim = cpu.get("control", 0) + cpu.get("kube-scheduler", 0) + cpu.get("nodes", 0)
-    print(f"CPU seconds over {wall:.1f}s: simulator {sim:.1f} (API server {cpu.get('control', 0):.1f}, "
-          f"kube-scheduler {cpu.get('kube-scheduler', 0):.1f}, kubelets+monitor {cpu.get('nodes', 0):.1f}) "
-          f"= {sim / wall * 100:.0f}% of a core; "
-          f"scheduler {cpu.get('scheduler', 0):.1f}, node-agents {cpu.get('agents', 0):.1f}, "
-          f"webhook {cpu.get('webhook', 0):.1f}, nats-server {cpu.get('nats', 0):.1f}, "
-          f"this client {cpu.get('bench', 0):.1f}")
+    if "control" in cpu:
+        simulator_line(cpu, wall)
+    else:
+        plane = sum(cpu.get(n, 0) for n in KUBE_PLANE)
+        print(f"CPU seconds over {wall:.1f}s: control plane {plane:.1f} = {plane / wall * 100:.0f}% "
+              "of a core ("
+              + ", ".join(f"{n} {cpu.get(n, 0):.1f}" for n in KUBE_PLANE) + "); gpubus "
+              + ", ".join(f"{n} {v:.1f}" for n, v in sorted(cpu.items()) if n not in KUBE_PLANE))
 
     def per_pod(seconds: float) -> float:
         return seconds / max(started, 1) * 1000
 
     print("CPU ms per started pod: " + ", ".join(f"{n} {per_pod(v):.2f}" for n, v in sorted(cpu.items())))
+    print("CPU ms per started pod net of idle: " + ", ".join(
+        f"{n} {per_pod(max(v - idle.get(n, 0) * wall, 0)):.2f}" for n, v in sorted(cpu.items())))
     own = {n: per_pod(cpu.get(n, 0)) for n in ("webhook", "scheduler", "agents")}
     print(f"gpubus-owned CPU ms per started pod: {sum(own.values()):.2f} = webhook {own['webhook']:.2f} "
           f"+ scheduler {own['scheduler']:.2f} + node-agents {own['agents']:.2f}")
@@ -332,6 +407,22 @@ def report(args: argparse.Namespace, submitted: dict[str, float], observer: Obse
         print(f"  failed: {reason}")
     for error in errors[:3]:
         print(f"  create error: {error}")
+
+
+#: The real control plane's processes, in the order the report lists them (kubelets and fake
+#: runtimes summed over the nodes).
+KUBE_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-scheduler-gpubus",
+              "kubelets", "fake-cris")
+
+
+def simulator_line(cpu: dict[str, float], wall: float) -> None:
+    sim = cpu.get("control", 0) + cpu.get("kube-scheduler", 0) + cpu.get("nodes", 0)
+    print(f"CPU seconds over {wall:.1f}s: simulator {sim:.1f} (API server {cpu.get('control', 0):.1f}, "
+          f"kube-scheduler {cpu.get('kube-scheduler', 0):.1f}, kubelets+monitor {cpu.get('nodes', 0):.1f}) "
+          f"= {sim / wall * 100:.0f}% of a core; "
+          f"scheduler {cpu.get('scheduler', 0):.1f}, node-agents {cpu.get('agents', 0):.1f}, "
+          f"webhook {cpu.get('webhook', 0):.1f}, nats-server {cpu.get('nats', 0):.1f}, "
+          f"this client {cpu.get('bench', 0):.1f}")
 
 
 if __name__ == "__main__":
@@ -355,9 +446,14 @@ if __name__ == "__main__":
                         help="Node-agents connect as their own node (auth callout), as in `gpubus up`.")
     parser.add_argument("--idle-s", type=float, default=10.0,
                         help="Measure each process's idle CPU this long before the load.")
+    parser.add_argument("--control-plane", choices=("sim", "kubernetes"), default="sim",
+                        help="sim: the stand-ins (`gpubus up`); kubernetes: the real control plane and "
+                             "real kubelets (scripts/kube-build).")
     parser.add_argument("--smoke", action="store_true", help="2 nodes x 2 GPUs, 20 small pods at 50/s.")
     args = parser.parse_args()
     if args.smoke:
         args.pods, args.rate, args.nodes, args.devices, args.mix = 20, 50.0, 2, "2xA100-80GB", "small"
         args.idle_s = 1.0
+        if args.control_plane == "kubernetes":
+            args.duration = "1s"
     uvloop.run(main(args))  # the services' loop too: the client's own CPU stays small

@@ -20,6 +20,7 @@ from shared.events import (
     Event,
     Inventory,
     PodAdmitted,
+    PodPreempted,
     PodRejected,
     PodUnschedulable,
     Usage,
@@ -63,6 +64,9 @@ _FACTS: dict[type[Event], Callable[[Any], str]] = {
     PodRejected: lambda e: f"{_pod(e.namespace, e.name)} reason={e.reason!r}",
     PodUnschedulable: lambda e: f"{_pod(e.namespace, e.name)} "
                                 + "; ".join(f"{n}: {r}" for n, r in sorted(e.reasons.items())),
+    PodPreempted: lambda e: f"{_pod(e.namespace, e.name)} (priority {e.priority}) for "
+                            f"{_pod(e.beneficiary_namespace, e.beneficiary_name)} "
+                            f"(priority {e.beneficiary_priority}) card={e.card or '-'}",
     AllocationDecided: _decided,
     AllocationReleased: lambda e: f"{_pod(e.namespace, e.name)} why={e.why}",
     AllocationApplied: lambda e: f"{_pod(e.namespace, e.name)} container={e.container} "

@@ -35,6 +35,7 @@ from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.placement import Placement
 from services.scheduler.pod_cache import PodCache
 from services.scheduler.podconfirm import PodConfirmer
+from services.scheduler.preemptor import KubePreemptionApi, Outcome, Preemptor
 from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
 from services.scheduler.reconcile import Reconciler
 from services.scheduler.requeue import Requeuer
@@ -42,7 +43,7 @@ from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
 from shared.bus import Bus, BusSettings, BusStats, Subscription
 from shared.bus.metrics import BusStatsCollector
-from shared.kube import KubeApi
+from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
 from shared.model import NodeName
@@ -91,6 +92,7 @@ class SchedulerApp:
         self._tasks = TaskSet("scheduler", on_fatal)
         self._leader_tasks = TaskSet("scheduler-leader", on_fatal)
         self._verdicts: list[Subscription] = []
+        self._refusals: Subscription | None = None
         self._runner: web.AppRunner | None = None
         self._ssl: ssl.SSLContext | None = None
         self.bus: Bus
@@ -102,6 +104,7 @@ class SchedulerApp:
         self.forwarder: BindForwarder
         self.phases: BindPhaseWriter
         self.extender: Extender
+        self.preemptor: Preemptor
 
     def _bus_stats(self) -> BusStats | None:
         """The bus's counters for /metrics; None until :meth:`start` connects it."""
@@ -126,6 +129,7 @@ class SchedulerApp:
         self._wire_leadership()
         self._wire_binding()
         self._wire_reconciler()
+        self._wire_preemption()
         self.extender = self._extender()
         self._live_gauges()
         await self.leases.start()
@@ -196,6 +200,24 @@ class SchedulerApp:
             names=self.names,
             nodes=self.nodes,
         )
+
+    def _wire_preemption(self) -> None:
+        kube = self.kube
+        self.preemptor = Preemptor(
+            placement=self.placement,
+            api=KubePreemptionApi(kube) if isinstance(kube, KubeClient) else None,
+            events=self.bus,
+            leadership=self.election,
+            clock=self.clock,
+            names=self.names,
+            hold_s=self.settings.preemption_hold_s,
+            on_outcome=self._preemption_outcome,
+        )
+
+    def _preemption_outcome(self, outcome: Outcome) -> None:
+        self.metrics.preemptions.labels(outcome.action).inc()
+        if outcome.action != "held":
+            log.info("preemption: %s", outcome)
 
     def _wire_leadership(self) -> None:
         s = self.settings
@@ -322,6 +344,8 @@ class SchedulerApp:
 
     def _on_change(self, node: NodeName) -> None:
         self.leases.wake(node)
+        if self.preemptor.holds:
+            self.preemptor.on_change(node)
 
     async def _elected(self) -> None:
         # forwarded binds first: standbys send them as soon as they see this replica lead, and a
@@ -334,6 +358,8 @@ class SchedulerApp:
             self.reconciler.pods_synced.set()  # no pods to watch
         else:
             self._leader_tasks.spawn("pods", self.reconciler.watch_pods(), root=True)
+        if self.settings.preemption:
+            self._refusals = await self.bus.subscribe("gpubus.pod.unschedulable.>", self.preemptor.on_event)
 
     async def _deposed(self) -> None:
         await self.forwarder.stop()
@@ -341,6 +367,11 @@ class SchedulerApp:
         for sub in self._verdicts:
             await sub.stop()
         self._verdicts = []
+        if self._refusals is not None:
+            await self._refusals.stop()
+            self._refusals = None
+        if hasattr(self, "preemptor"):
+            await self.preemptor.close()
 
     async def _sweep(self) -> None:
         while True:

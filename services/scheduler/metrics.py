@@ -265,6 +265,15 @@ class SchedulerMetrics:
                 registry=r,
             )
         )
+        self.preemptions = _Children(
+            Counter(
+                "gpubus_scheduler_preemptions",
+                "Preemption attempts for pods that fit nowhere, by outcome (preempted, no_plan, never, "
+                "held, not_pending, gone, failed)",
+                ["outcome"],
+                registry=r,
+            )
+        )
         self.requeue_patches = _Children(
             Counter(
                 "gpubus_scheduler_requeue_patches",

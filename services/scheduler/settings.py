@@ -46,6 +46,12 @@ class SchedulerSettings(ResourceNameSettings):
     """An in-process decision not written to the ledger within this lapses, seconds."""
     provisional_ttl_s: float = 10.0
     """How long the slice /filter holds for a pod waits for its /bind, seconds (0: filter holds none)."""
+    preemption: bool = True
+    """Evict lower-priority pods to make card room for a pending pod of higher priority (the leader;
+    see :mod:`services.scheduler.preemptor`)."""
+    preemption_hold_s: float = 120.0
+    """How long the room preemption freed is held for its pod (victims' graceful termination
+    included) before other pods may take it, seconds."""
     leader_key: str = "leader.scheduler"
     """Key of the leader lease in the ``locks`` bucket."""
     leader_ttl_s: float = 6.0

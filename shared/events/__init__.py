@@ -13,6 +13,7 @@ from shared.events.scheduling import (
     AllocationFailed,
     AllocationMismatch,
     AllocationReleased,
+    PodPreempted,
     PodUnschedulable,
 )
 from shared.events.usage import ContainerUsage, DeviceSample, Usage, UsageOverLimit
@@ -24,6 +25,7 @@ CATALOGUE: dict[str, type[Event]] = {
         PodAdmitted,
         PodRejected,
         PodUnschedulable,
+        PodPreempted,
         AllocationDecided,
         AllocationReleased,
         AllocationApplied,
@@ -51,6 +53,7 @@ __all__ = [
     "Event",
     "Inventory",
     "PodAdmitted",
+    "PodPreempted",
     "PodRejected",
     "PodUnschedulable",
     "Usage",

@@ -22,6 +22,30 @@ class PodUnschedulable(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PodPreempted(Event):
+    """The scheduler evicted ``victim`` (Eviction API) to make room for the pending ``beneficiary``
+    on ``node`` (the event's node) and ``card`` (empty when the victims only share the node)."""
+
+    KIND: ClassVar[str] = "pod.preempted"
+
+    namespace: str
+    """The victim's namespace."""
+    name: str
+    """The victim's name."""
+    uid: str
+    """The victim's UID."""
+    priority: int = 0
+    """The victim's priority."""
+    beneficiary_namespace: str
+    beneficiary_name: str
+    beneficiary_uid: str
+    beneficiary_priority: int = 0
+    card: str = ""
+    reason: str = ""
+    """Why the beneficiary needed room (its Fit reasons before the eviction)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AllocationDecided(Event):
     """The scheduler bound a pod and fixed its devices; the node-agent serves Allocate from this."""
 

@@ -336,10 +336,11 @@ def test_each_service_has_its_own_service_account() -> None:
 
 
 def test_scheduler_may_bind_and_patch_pods_but_not_delete_them() -> None:
+    """Preemption evicts (pods/eviction, which PodDisruptionBudgets govern), never deletes."""
     rules = _rules(documents({}), "gpubus-scheduler")
     assert {("pods", "get"), ("pods", "list"), ("pods", "watch"), ("pods", "patch"),
-            ("pods/binding", "create"), ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
-            ("events", "create")} <= rules
+            ("pods/binding", "create"), ("pods/eviction", "create"), ("pods/status", "patch"),
+            ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"), ("events", "create")} <= rules
     assert not {verb for res, verb in rules if verb in ("delete", "deletecollection", "*") or res == "*"}
     assert not {verb for res, verb in rules if res == "nodes" and verb not in ("get", "list", "watch")}
 

@@ -27,6 +27,7 @@ from shared.events import (
     Event,
     Inventory,
     PodAdmitted,
+    PodPreempted,
     PodRejected,
     PodUnschedulable,
     Usage,
@@ -71,6 +72,9 @@ SAMPLES: list[Event] = [
           host=(DeviceSample(uuid="GPU-0", used_bytes=5),)),
     UsageOverLimit(namespace="ns", pod="p", pod_uid="u", container="c", uuid="GPU-0", used_bytes=3,
                    limit_bytes=2),
+    PodPreempted(namespace="ns", name="v", uid="vu", priority=100, beneficiary_namespace="ns",
+                 beneficiary_name="p", beneficiary_uid="u", beneficiary_priority=1000, card="GPU-0",
+                 reason="n1: 1/8 CardInsufficientMemory", node="n1"),
 ]
 
 

@@ -9,7 +9,8 @@ them and hands the runtime the CDI device the node-agent wrote.
 Cases: a pod with a claim for part of a card Running with the CDI device recorded by the runtime
 and HAMi-core's limits in the spec; two claims sharing one card within its capacity and a third
 that would overflow it Pending; a claim bigger than any card Pending with kube-scheduler's
-reason; the pod's deletion unprepares (CDI spec and state gone, allocation.released); a
+reason; an unhealthy card tainted (and a claim for it Pending until it recovers); the pod's
+deletion unprepares (CDI spec and state gone, allocation.released); a
 node-agent restart keeps a prepared claim; the node-agent's token may write ResourceSlices but
 not delete a Node.
 """
@@ -28,6 +29,7 @@ from asyncwait import wait_until
 from kube_harness import KubeE2E, kubectl, running_kube_stack
 
 from gpubus_local.kube.stack import NAMESPACE, KubeStack
+from services.node_agent.health import health_subject
 from shared.codec import decode
 
 pytestmark = pytest.mark.timeout(900)
@@ -227,6 +229,42 @@ def _collect(into: list[Any]) -> Any:
     return cb
 
 
+async def test_unhealthy_card_is_tainted_and_gets_no_claims(kube: KubeE2E) -> None:
+    """Card 1 reported unhealthy: its device is tainted in a new pool generation, a claim for it
+    stays Pending; healthy again, the taint goes and the claim's pod runs."""
+    stack = kube.stack
+    path = f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-gpubus-io"
+    generation = (await _get(stack, path) or {})["spec"]["pool"]["generation"]
+
+    async def taints(present: bool, after: int) -> bool:
+        found = await _get(stack, path) or {}
+        gpu1 = next(d for d in found["spec"]["devices"] if d["name"] == "gpu-1")
+        return found["spec"]["pool"]["generation"] > after and bool(gpu1.get("taints")) == present
+    await _health(kube, healthy=False)
+    try:
+        await wait_until(lambda: taints(True, generation), 30, what="gpu-1 tainted in a new generation")
+        [taint] = next(d for d in (await _get(stack, path) or {})["spec"]["devices"]
+                       if d["name"] == "gpu-1")["taints"]
+        assert taint["key"] == "gpubus.io/unhealthy" and taint["effect"] == "NoSchedule"
+        on_card_1 = 'device.attributes["gpubus.io"].index == 1'
+        _apply(stack, _claim("sick", memory="1Gi", selector=on_card_1), _pod("dra-sick", claim="sick"))
+        await kube.wait_event("dra-sick", "FailedScheduling", timeout=60)
+    finally:
+        await _health(kube, healthy=True)
+    await wait_until(lambda: taints(False, generation + 1), 30, what="gpu-1's taint removed")
+    await _running(stack, "dra-sick")
+    assert (await _allocation(stack, "sick"))["device"] == "gpu-1"
+    await _delete(stack, "pod/dra-sick", "resourceclaim/sick")
+
+
+async def _health(kube: KubeE2E, *, healthy: bool) -> None:
+    """The simulated card 1 of the node marked (un)healthy, as an XID would (the node-agent's
+    fault-injection query)."""
+    payload = {"index": 1, "healthy": healthy, **({} if healthy else {"reason": "XID 79"})}
+    reply = json.loads(await kube.bus.request(health_subject(NODE), json.dumps(payload).encode(), timeout=5))
+    assert reply["ok"] is True, reply
+
+
 async def test_node_agent_restart_keeps_prepared_claims(kube: KubeE2E) -> None:
     """The node-agent restarted under a prepared claim: the claim's CDI spec stays, the kubelet
     re-registers the plugin, a new pod's claim is prepared, and the old pod's deletion still
@@ -240,9 +278,13 @@ async def test_node_agent_restart_keeps_prepared_claims(kube: KubeE2E) -> None:
     slice_path = f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-gpubus-io"
     generation = (await _get(stack, slice_path) or {})["spec"]["pool"]["generation"]
     agent = stack.children[f"node-agent-{NODE}"]
+    registrations = _registrations(agent.log_path)
     await agent.stop()
     await agent.start()
     await agent.wait_ready(60)
+    # the kubelet took the new plugin (a pod prepared before that waits out the kubelet's backoff)
+    await wait_until(lambda: _registrations(agent.log_path) > registrations, 60,
+                     what="the kubelet registering the restarted plugin")
     assert cdi.read_text() == before
     # the same devices again: the pool keeps its generation
     assert (await _get(stack, slice_path) or {})["spec"]["pool"]["generation"] == generation
@@ -251,6 +293,11 @@ async def test_node_agent_restart_keeps_prepared_claims(kube: KubeE2E) -> None:
     await _delete(stack, "pod/dra-keep")
     await wait_until(lambda: not cdi.exists(), 120, what="the pre-restart claim unprepared")
     await _delete(stack, "pod/dra-after", "resourceclaim/keep", "resourceclaim/after")
+
+
+def _registrations(log: Path) -> int:
+    """How often the node-agent's log says the kubelet registered its DRA plugin."""
+    return log.read_text(errors="replace").count("the kubelet registered DRA driver")
 
 
 async def test_node_token_may_write_slices_but_not_delete_nodes(kube: KubeE2E, tmp_path: Path) -> None:

@@ -79,11 +79,19 @@ def scheduler(
     quota_refresh: Annotated[
         float | None, Opt(help="Re-read each namespace's ResourceQuotas this often, seconds (10).")
     ] = None,
+    preemption: Annotated[
+        bool | None, Opt("--preemption/--no-preemption",
+                         help="Evict lower-priority pods to make card room for a pending pod (default on).")
+    ] = None,
+    preemption_hold: Annotated[
+        float | None, Opt(help="How long room made by preemption is held for its pod, seconds (120).")
+    ] = None,
     common: CommonOptions,
 ) -> None:
     """Run the kube-scheduler extender: filter, prioritize and bind GPU pods from the ledger on NATS."""
     cli = common.settings_overrides(
-        locals(), lease_ttl="lease_ttl_s", bind_timeout="bind_timeout_s", quota_refresh="quota_refresh_s"
+        locals(), lease_ttl="lease_ttl_s", bind_timeout="bind_timeout_s", quota_refresh="quota_refresh_s",
+        preemption_hold="preemption_hold_s",
     )
     from services.scheduler.app import run
     from services.scheduler.settings import SchedulerSettings

@@ -365,8 +365,9 @@ class KubeStack:
             configmap["data"]["config.yaml"], kubeconfig=kubeconfig,
             extender_url=f"http://127.0.0.1:{self.ports.schedulers[i]}"))
         child = "kube-scheduler-gpubus" + (f"-{i + 1}" if i else "")
-        return self._child(child, c.kube_scheduler_argv(binaries["kube-scheduler"], config, kubeconfig, port),
-                           any_https_probe(port))
+        argv = c.kube_scheduler_argv(binaries["kube-scheduler"], config, kubeconfig, port,
+                                     feature_gates=self.spec.feature_gates)
+        return self._child(child, argv, any_https_probe(port))
 
     # -- nodes ------------------------------------------------------------------------------------
     async def _start_node(self, name: str) -> None:

@@ -237,6 +237,7 @@ async def test_scheduler_owns_the_ledger_and_decisions(connect: Any, server: Con
     assert await lease.release()
     assert await _stored(bus, "gpubus.allocation.decided.node-1")
     assert await _stored(bus, "gpubus.pod.unschedulable._")
+    assert await _stored(bus, "gpubus.pod.preempted.node-1")
 
     async def leader(payload: bytes) -> bytes:
         return b'{"Error":""}'

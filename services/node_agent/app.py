@@ -163,10 +163,13 @@ class NodeAgent:
             self._health_service = await self.bus.serve(health_subject(self.node), self.health.on_request)
         self._count_malformed_xids()
         if self.dra is not None and self.slices is not None:
-            # DRA mode: kube-scheduler places claims on the ResourceSlice; no device plugin
+            # DRA mode: kube-scheduler places claims on the ResourceSlice; no device plugin. The
+            # slice goes out once the kubelet took the plugin, so no claim is allocated here that
+            # the kubelet cannot prepare yet (it would back off for up to a minute).
+            await self.dra.start()
+            await self.dra.wait_registered(self.settings.dra_register_wait_s)
             await self.slices.publish()
             self.tasks.spawn("resourceslice", self.slices.run(), root=True)
-            await self.dra.start()
         elif self.advertised.snapshot.devices:
             await self.plugin.start()
             self.tasks.spawn("kubelet-watch", self.plugin.run(), root=True)

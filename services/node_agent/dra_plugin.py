@@ -300,6 +300,18 @@ class DraPlugin:
             self._servers.append(server)
         log.info("DRA plugin serving %s, registering at %s", self.dra_socket, self.registration_socket)
 
+    async def wait_registered(self, timeout_s: float) -> bool:
+        """Wait until the kubelet says it registered the plugin; False (logged) after ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.registration.registered.wait()
+        except TimeoutError:
+            log.warning("the kubelet has not registered DRA driver %s after %.0f s (is %s its"
+                        " plugins_registry?); publishing the ResourceSlice anyway",
+                        self.registration.driver, timeout_s, self.registration_socket.parent)
+            return False
+        return True
+
     def _add_dra(self, server: grpc.aio.Server) -> None:
         dra_grpc.add_DRAPluginServicer_to_server(self.service, server)
 

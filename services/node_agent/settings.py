@@ -126,6 +126,8 @@ class NodeAgentSettings:
     """The kubelet's plugin registration directory (``<kubelet root>/plugins_registry``)."""
     dra_plugin_dir: str = "/var/lib/kubelet/plugins/gpubus.io"
     """Where the DRA service's socket and the prepared claims' state live."""
+    dra_register_wait_s: float = 30.0
+    """DRA mode: how long to wait for the kubelet's registration before publishing the slice."""
     cdi_dir: str = "/var/run/cdi"
     """Where prepared claims' CDI specs are written (the container runtime's CDI spec dir)."""
     log_level: str = "info"
@@ -188,7 +190,7 @@ def validate(settings: NodeAgentSettings) -> NodeAgentSettings:
     for name in ("heartbeat_s", "watch_interval_s"):
         if not getattr(settings, name) > 0 or math.isinf(getattr(settings, name)):
             raise SettingsError(f"{name} must be > 0 seconds, got {getattr(settings, name)}")
-    for name in ("allocate_wait_s", "verify_delay_s", "health_recovery_s"):
+    for name in ("allocate_wait_s", "verify_delay_s", "health_recovery_s", "dra_register_wait_s"):
         if not getattr(settings, name) >= 0 or math.isinf(getattr(settings, name)):
             raise SettingsError(f"{name} must be >= 0 seconds, got {getattr(settings, name)}")
     if not 0 <= settings.preconfigured_device_memory <= MAX_DEVICE_MEMORY_MIB:

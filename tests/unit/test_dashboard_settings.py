@@ -9,10 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from gpubus.cli import app
+from services.dashboard.app import _reviewer
 from services.dashboard.errors import BadQuery
 from services.dashboard.server import parse_at
 from services.dashboard.settings import DashboardSettings
 from shared.config import SettingsError
+from shared.errors import BadInput
 
 
 @pytest.mark.parametrize("bad", [{"push_interval_s": 0.0}, {"checkpoint_interval_s": -1.0}, {"feed_size": 0},
@@ -31,9 +33,13 @@ def test_a_bad_flag_is_a_usage_error_before_anything_starts(args: list[str]) -> 
     assert result.exit_code == 2, result.output
 
 
-def test_the_dashboard_takes_no_kubernetes_flags() -> None:
-    result = CliRunner().invoke(app, ["dashboard", "--kubeconfig", "x"])
-    assert result.exit_code == 2 and "No such option" in result.output
+async def test_the_dashboard_uses_kubernetes_only_to_review_tokens() -> None:
+    """It reads NATS only: a kubeconfig is opened for ``--auth kubernetes`` and nothing else."""
+    assert await _reviewer(DashboardSettings(kubeconfig="/nonexistent")) is None
+    with pytest.raises(BadInput, match="give none or kubernetes"):
+        await _reviewer(DashboardSettings(auth="basic"))
+    with pytest.raises(BadInput, match="needs --kubeconfig or --in-cluster"):
+        await _reviewer(DashboardSettings(auth="kubernetes"))
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

@@ -37,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -108,6 +109,8 @@ class Observer:
 
     def __init__(self) -> None:
         self.started: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        """When the API server marked the pod scheduled (its PodScheduled condition, whole seconds)."""
         self.failed: dict[str, str] = {}
         self.synced = asyncio.Event()
 
@@ -119,8 +122,15 @@ class Observer:
             phase = status.get("phase")
             if phase in ("Running", "Succeeded") and name not in self.started:
                 self.started[name] = time.time()
+                for condition in status.get("conditions") or []:
+                    if condition.get("type") == "PodScheduled" and condition.get("lastTransitionTime"):
+                        self.bound[name] = rfc3339_seconds(condition["lastTransitionTime"])
             elif phase == "Failed":
                 self.failed[name] = f"{status.get('reason')}: {status.get('message')}"
+
+
+def rfc3339_seconds(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 async def submit_open_loop(kube: KubeClient, pods: list[dict[str, Any]], rate: float,
@@ -367,6 +377,20 @@ def steady_rate(starts: list[float]) -> str:
     return f"; steady {(hi - lo) / span:.0f} pods/s (10th -> 90th percentile start)" if span > 0 else ""
 
 
+def split_latency(submitted: dict[str, float], observer: Observer) -> None:
+    """submit->bound (admission, kube-scheduler, the extender's bind with its lease wait) and
+    bound->Running (the kubelet), from the PodScheduled condition's time: whole seconds, so only
+    figures of a second or more say anything."""
+    names = [n for n in observer.bound if n in submitted]
+    if not names:
+        return
+    bind = [observer.bound[n] - submitted[n] for n in names]
+    run = [observer.started[n] - observer.bound[n] for n in names]
+    print(f"  of which (1 s resolution) submit->bound p50 {percentile(bind, 50):.1f} s p99 "
+          f"{percentile(bind, 99):.1f} s; bound->Running p50 {percentile(run, 50):.1f} s p99 "
+          f"{percentile(run, 99):.1f} s")
+
+
 def report(args: argparse.Namespace, submitted: dict[str, float], observer: Observer,  # noqa: PLR0917
            errors: list[str], offered_s: float, wall: float, cpu: dict[str, float],
            idle: dict[str, float]) -> None:
@@ -380,6 +404,7 @@ def report(args: argparse.Namespace, submitted: dict[str, float], observer: Obse
     if lat:
         p50, p99 = percentile(lat, 50) * 1000, percentile(lat, 99) * 1000
         print(f"submit->Running: p50 {p50:.0f} ms  p99 {p99:.0f} ms  max {max(lat) * 1000:.0f} ms")
+        split_latency(submitted, observer)
     if "control" in cpu:
         simulator_line(cpu, wall)
     else:

@@ -34,9 +34,11 @@ from gpubus_local.stack import (
     StackSpec,
 )
 from gpubus_local.stack_datadir import DataDirBusy, DataDirError
+from gpubus_local.stack_supervise import CrashLoop, Supervisor, stack_parts
 from services.node_agent.settings import MAX_SPLIT_COUNT
 from shared.bus.settings import MAX_REPLICAS
 from shared.logs import setup_logging
+from shared.tasks import cancel_and_wait
 
 MAX_NODES = 1000
 """Most simulated nodes of one ``gpubus up``: all of them run in one process on one machine
@@ -146,7 +148,8 @@ def _up_kubernetes(*, nodes: int, devices: str, data_dir: Path, nats: str | None
 
 
 async def _up(spec: StackSpec) -> int:
-    """Orchestration: start, serve until a stop signal or a dead child, then stop everything."""
+    """Orchestration: start, serve (restarting what dies) until a stop signal or a crash loop,
+    then stop everything."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
@@ -164,16 +167,19 @@ async def _up(spec: StackSpec) -> int:
             return 130
         starting.result()
         _print_endpoints(stack)
-        watching = asyncio.create_task(stack.watch(), name="stack-watch")
+        supervisor = Supervisor(stack_parts(stack),
+                                report=lambda line: typer.echo(f"gpubus up: {line}", err=True))
+        watching = asyncio.create_task(supervisor.run(), name="stack-supervise")
         await asyncio.wait([watching, stopping], return_when=asyncio.FIRST_COMPLETED)
-        if watching.done():
-            name, code = watching.result()
-            typer.secho(f"\n{name} died (exit code {code}); stopping everything", fg="red", err=True)
+        if watching.done():  # only a crash loop ends the supervisor
+            loop_error = watching.exception()
+            name = loop_error.name if isinstance(loop_error, CrashLoop) else "the supervisor"
+            typer.secho(f"\n{loop_error}; stopping everything", fg="red", err=True)
             child = stack.children.get(name)
             if child is not None:
                 typer.echo(child.log_tail(), err=True)
             return 1
-        watching.cancel()
+        await cancel_and_wait(watching)  # before the children stop: nothing is restarted any more
         typer.echo("\nstopping gpubus ...")
         return 0
     except DataDirError as e:

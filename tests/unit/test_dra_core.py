@@ -9,6 +9,8 @@ import pytest
 
 from services.node_agent import dra
 from services.node_agent.allocate import AllocateConfig, build_container_response
+from services.node_agent.settings import NodeAgentSettings, validate
+from shared.config import SettingsError
 from shared.model import ContainerDevice, DeviceInfo, DeviceUUID
 
 CARDS = (
@@ -107,3 +109,13 @@ def test_cdi_spec_carries_what_extender_allocate_gives() -> None:
     assert mounts["/etc/ld.so.preload"]["hostPath"] == "/usr/local/vgpu/ld.so.preload"
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]
     assert mounts["/usr/local/vgpu"]["hostPath"] == f"/usr/local/vgpu/containers/{UID}_dra"
+
+
+@pytest.mark.parametrize(("changes", "error"), [
+    ({"mode": "both"}, "mode must be one of extender, dra, node-label"),
+    ({"mode": "dra", "dra_driver": "a/b"}, "dra driver"),
+    ({"mode": "dra", "dra_register_wait_s": -1.0}, "dra_register_wait_s"),
+])
+def test_bad_dra_settings_are_refused(changes: dict[str, Any], error: str) -> None:
+    with pytest.raises(SettingsError, match=error):
+        validate(NodeAgentSettings(node_name="n", **changes))

@@ -206,3 +206,20 @@ async def test_equal_priority_and_policy_never_preempt_no_one(kube: KubeE2E) -> 
     assert not [e for e in await _preempted(kube) if e["beneficiary_name"].startswith("peer-")]
     await _clear(kube, "peer")
 
+
+
+@pytest.mark.parametrize(("verb", "resource", "allowed"), [
+    ("create", "pods --subresource=eviction", True),
+    ("patch", "pods --subresource=status", True),
+    ("create", "events", True),
+    ("update", "poddisruptionbudgets.policy", False),
+    ("delete", "nodes", False),
+])
+async def test_the_scheduler_account_may_evict_and_nominate(kube: KubeE2E, verb: str, resource: str,
+                                                            allowed: bool) -> None:
+    """What preemption needs is what the chart grants (the evictions above ran with this token);
+    budgets stay out of its reach."""
+    config = await kube.stack.service_kubeconfig("scheduler")
+    done = kubectl(kube.stack, "auth", "can-i", verb, *resource.split(), "--namespace", "default",
+                   kubeconfig=config)
+    assert done.stdout.strip() == ("yes" if allowed else "no"), (done.stdout, done.stderr)

@@ -10,6 +10,7 @@ matches the pods (the same invariant check as the tests).
 
     .venv/bin/python bench/faults.py                     # 3 nodes, 2 pods/s, quorum lost 20 s
     .venv/bin/python bench/faults.py --rate 5 --quorum-hold 40
+    .venv/bin/python bench/faults.py --smoke             # 2 nodes, the webhook and the scheduler only
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "e2e")]
 
 from e2e_harness import running_stack  # noqa: E402
-from fault_matrix import run_matrix  # noqa: E402
+from fault_matrix import FAULTS, run_matrix  # noqa: E402
 
 from gpubus_local.stack import StackSpec  # noqa: E402
 
@@ -38,7 +39,9 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="gpubus-faults-") as scratch:
         async with running_stack(Path(scratch) / "stack", nodes=args.nodes, devices="2xA100-80GB",
                                  split_count=20, configure=_configure) as e2e:
-            results = await run_matrix(e2e, rate=args.rate, quorum_hold_s=args.quorum_hold, report=print)
+            faults = ("webhook", "scheduler") if args.smoke else FAULTS
+            results = await run_matrix(e2e, rate=args.rate, quorum_hold_s=args.quorum_hold, faults=faults,
+                                       report=print)
             print(f"\n{'fault':<12} {'victim':<16} {'to the next bound pod':>22}")
             for r in results:
                 held = f"  (quorum lost {r.outage_s:.0f}s, from its return)" if r.fault == "quorum" else ""
@@ -57,4 +60,9 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=2.0, help="Pods created per second.")
     parser.add_argument("--quorum-hold", type=float, default=20.0,
                         help="Seconds two of three servers stay down (longer than a heartbeat stays fresh).")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI's check that the script runs: 2 nodes, the webhook and scheduler faults.")
+    arguments = parser.parse_args()
+    if arguments.smoke:
+        arguments.nodes = 2
+    asyncio.run(main(arguments))

@@ -43,7 +43,8 @@ def pod(name: str, mem: int, priority_class: str, grace: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default", "labels": {"bench": "preemption"},
                          "annotations": {"gpubus.io/sim-duration": "inf"}},
-            "spec": {"priorityClassName": priority_class, "terminationGracePeriodSeconds": grace,
+            "spec": {"terminationGracePeriodSeconds": grace,
+                     **({"priorityClassName": priority_class} if priority_class else {}),
                      "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}
 
 
@@ -101,7 +102,7 @@ async def gang_round(kube: SimKubeClient, stack: KubeStack, n: int) -> float:
         "metadata": {"name": group, "namespace": "default"},
         "spec": {"schedulingPolicy": {"gang": {"minCount": len(members)}}}})
     for name in members:
-        member = pod(name, 81920, "bench-low", 0)
+        member = pod(name, 81920, "", 0)  # a group's pods share its priority (0 here)
         member["spec"]["schedulingGroup"] = {"podGroupName": group}
         await kube.create_pod("default", member)  # type: ignore[arg-type]
 

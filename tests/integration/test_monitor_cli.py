@@ -77,7 +77,7 @@ async def test_monitor_command_publishes_usage_and_serves_metrics(bus: Bus, nats
                 texts.append(text)
             return text is not None
 
-        await wait_until(serving, timeout=20, what="/metrics to answer")
+        await wait_until(serving, timeout=60, what="/metrics to answer")  # a loaded machine starts it slowly
         pod = Allocation(
             pod_uid=PodUID(str(uuid.uuid4())),
             namespace="ml",

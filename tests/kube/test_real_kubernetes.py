@@ -17,6 +17,7 @@ Every test ends with the e2e invariants (no over-commit, ledger == live pods, no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import pytest_asyncio
 import yaml
@@ -140,9 +140,25 @@ async def test_node_agents_connect_as_their_nodes_and_other_tokens_are_refused(k
                    if line.startswith("gpubus_authn_allowed_total "))
     assert accepted >= len(stack.node_names()), metrics
     token = await stack.api.token(NAMESPACE, f"{RELEASE}-webhook", audiences=["gpubus-nats"])
-    with pytest.raises(nats.errors.Error):
-        await nats.connect(stack.nats_url, token=token, allow_reconnect=False, connect_timeout=5,
-                           max_reconnect_attempts=0)
+    assert stack.nats is not None
+    assert await _refused_at_connect(stack.nats.port, token)
+
+
+async def _refused_at_connect(port: int, token: str) -> bool:
+    """CONNECT with ``token`` over the plain NATS protocol; True when the server answers
+    ``Authorization Violation`` (nats-py leaves a refused connection's socket open)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        await asyncio.wait_for(reader.readline(), 10)  # INFO
+        connect = json.dumps({"auth_token": token, "verbose": False, "pedantic": False, "protocol": 1})
+        writer.write(f"CONNECT {connect}\r\nPING\r\n".encode())
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readline(), 30)
+        return b"authorization violation" in answer.lower()
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
 
 
 async def _get_text(url: str) -> str:

@@ -261,7 +261,9 @@ async def test_node_agent_reports_its_node_and_allocations_but_never_decides(
     await bus.route(("gpubus.allocation.decided.*", "gpubus.allocation.released.*"), "node-1", _ignore)
     assert await _stored(bus, "gpubus.inventory.snapshot.node-1")
     assert await _stored(bus, "gpubus.device.health.node-1")
-    for verb in ("applied", "failed", "mismatch"):
+    # released: what a node's DRA plugin reports on unprepare (its own node only; the scheduler's
+    # ledger never reads it, so a node can no more free a slice with it than with applied/failed)
+    for verb in ("applied", "failed", "mismatch", "released"):
         assert await _stored(bus, f"gpubus.allocation.{verb}.node-1")
     inventory = await bus.kv(INVENTORY)
     await inventory.put("node-1", b"inventory")
@@ -270,7 +272,7 @@ async def test_node_agent_reports_its_node_and_allocations_but_never_decides(
     await locks.delete("alloc.node-1.2", last=revision)
     assert (await (await bus.kv(ALLOCATIONS)).items()) is not None
     token = await node_identity.token("node-1")
-    for subject in ("gpubus.allocation.decided.node-1", "gpubus.allocation.released.node-1",
+    for subject in ("gpubus.allocation.decided.node-1", "gpubus.allocation.released.node-2",
                     "gpubus.pod.admitted._", "gpubus.inventory.snapshot.node-2", "$KV.allocations.pod-uid-1",
                     "$KV.inventory.node-2", "$KV.locks.alloc.node-2.1"):
         assert await _refused(server, subject, token=token), subject

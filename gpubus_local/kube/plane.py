@@ -18,14 +18,13 @@ import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import aiohttp
 
 from gpubus_local.kube import components as c
 from gpubus_local.kube.binaries import Binaries
 from gpubus_local.kube.kubeconfigs import write_cert_kubeconfig
+from gpubus_local.kube.lifecycle import StartStop
 from gpubus_local.kube.pki import (
     ADMIN,
     APISERVER_KUBELET_CLIENT,
@@ -87,7 +86,7 @@ class KubeletNode:
     kubelet: Child
 
 
-class ControlPlane:
+class ControlPlane(StartStop):
     """etcd, the API server and the controller manager; kubelets added with :meth:`add_node`."""
 
     def __init__(self, spec: PlaneSpec) -> None:
@@ -108,18 +107,6 @@ class ControlPlane:
         if len(str(self.kubelets / "node-00000" / "pod-resources" / "0123456789")) > MAX_SOCKET_PATH:
             self._scratch = Path(tempfile.mkdtemp(prefix="gpubus-kubelets-"))
             self.kubelets = self._scratch
-
-    async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
 
     @property
     def ca(self) -> Path:

@@ -24,8 +24,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import yaml
 
@@ -33,6 +32,7 @@ from gpubus_local.kube import components as c
 from gpubus_local.kube.api import AdminApi, Json, node_ready
 from gpubus_local.kube.binaries import Binaries, find_binaries
 from gpubus_local.kube.kubeconfigs import write_token_kubeconfig
+from gpubus_local.kube.lifecycle import StartStop
 from gpubus_local.kube.pki import ADMIN
 from gpubus_local.kube.plane import ControlPlane, PlaneSpec, any_https_probe, http_probe, https_probe
 from gpubus_local.natsserver import EmbeddedNats, free_port
@@ -140,7 +140,7 @@ def merge(base: Json, over: Json) -> Json:
     return out
 
 
-class KubeStack:
+class KubeStack(StartStop):
     """The whole local world on the real control plane. ``async with KubeStack(spec) as stack``."""
 
     def __init__(self, spec: KubeStackSpec) -> None:
@@ -156,18 +156,6 @@ class KubeStack:
         self.tls: WebhookTLS | None = None
         self.callout: CalloutFiles | None = None
         self.binaries: Binaries | None = spec.binaries
-
-    async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self.stop()
 
     # -- paths and facts ----------------------------------------------------------------------
     @property

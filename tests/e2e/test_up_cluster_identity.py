@@ -9,9 +9,7 @@ a made-up token is refused at connect.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import nats
 import pytest
 import pytest_asyncio
 from e2e_harness import E2E, running_stack
+from nats_refusal import refused_at_connect
 
 from gpubus_local.sim.node_identity import node_token_file
 from shared.bus.scope import node_inbox_prefix
@@ -63,21 +62,4 @@ async def test_every_server_of_the_cluster_lets_a_node_in_as_itself_only(e2e: E2
         assert await _publish(server.url, token, node, f"gpubus.device.health.{node}"), name
         for subject in (f"gpubus.device.health.{other}", f"gpubus.allocation.decided.{node}"):
             assert not await _publish(server.url, token, node, subject), (name, subject)
-        assert await _refused_at_connect(server.port, "not-a-token"), name
-
-
-async def _refused_at_connect(port: int, token: str) -> bool:
-    """CONNECT with ``token`` over the plain protocol; True when the server answers
-    ``Authorization Violation`` (nats-py leaves a refused connection's socket open)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        await asyncio.wait_for(reader.readline(), 5)  # INFO
-        connect = json.dumps({"auth_token": token, "verbose": False, "pedantic": False, "protocol": 1})
-        writer.write(f"CONNECT {connect}\r\nPING\r\n".encode())
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.readline(), 10)
-        return b"authorization violation" in answer.lower()
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
+        assert await refused_at_connect(server.port, "not-a-token"), name

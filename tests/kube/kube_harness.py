@@ -104,20 +104,18 @@ def kubectl(stack: KubeStack, *args: str, input_text: str | None = None,
 
 @contextlib.asynccontextmanager
 async def running_kube_stack(data_dir: Path, **spec: Any) -> AsyncIterator[KubeE2E]:
-    stack = KubeStack(KubeStackSpec(data_dir=data_dir, binaries=kube_binaries(), **spec))
-    await stack.start()
-    kube = bus = handle = None
-    try:
+    """A started :class:`KubeStack` (stopped again, also when its start fails) with the e2e handles."""
+    async with KubeStack(KubeStackSpec(data_dir=data_dir, binaries=kube_binaries(), **spec)) as stack:
         kube = await SimKubeClient.from_kubeconfig(stack.kubeconfig)
-        bus = await Bus.connect(e2e_bus_settings(stack.nats_url), source="e2e")
-        handle = KubeE2E(stack, kube, bus)  # type: ignore[arg-type]
-        await handle.start_watch()
-        yield handle
-    finally:
-        if handle is not None:
-            await handle.close()
-        if bus is not None:
-            await bus.close()
-        if kube is not None:
+        bus = handle = None
+        try:
+            bus = await Bus.connect(e2e_bus_settings(stack.nats_url), source="e2e")
+            handle = KubeE2E(stack, kube, bus)  # type: ignore[arg-type]
+            await handle.start_watch()
+            yield handle
+        finally:
+            if handle is not None:
+                await handle.close()
+            if bus is not None:
+                await bus.close()
             await kube.close()
-        await stack.stop()

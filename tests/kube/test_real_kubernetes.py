@@ -17,7 +17,6 @@ Every test ends with the e2e invariants (no over-commit, ledger == live pods, no
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -30,6 +29,7 @@ import pytest_asyncio
 import yaml
 from asyncwait import wait_until
 from kube_harness import KubeE2E, kubectl, running_kube_stack
+from nats_refusal import refused_at_connect
 
 from gpubus_local.kube.stack import NAMESPACE, RELEASE
 from shared.requests import parse_quantity
@@ -141,24 +141,8 @@ async def test_node_agents_connect_as_their_nodes_and_other_tokens_are_refused(k
     assert accepted >= len(stack.node_names()), metrics
     token = await stack.api.token(NAMESPACE, f"{RELEASE}-webhook", audiences=["gpubus-nats"])
     assert stack.nats is not None
-    assert await _refused_at_connect(stack.nats.port, token)
+    assert await refused_at_connect(stack.nats.port, token)
 
-
-async def _refused_at_connect(port: int, token: str) -> bool:
-    """CONNECT with ``token`` over the plain NATS protocol; True when the server answers
-    ``Authorization Violation`` (nats-py leaves a refused connection's socket open)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        await asyncio.wait_for(reader.readline(), 10)  # INFO
-        connect = json.dumps({"auth_token": token, "verbose": False, "pedantic": False, "protocol": 1})
-        writer.write(f"CONNECT {connect}\r\nPING\r\n".encode())
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.readline(), 30)
-        return b"authorization violation" in answer.lower()
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
 
 
 async def _get_text(url: str) -> str:

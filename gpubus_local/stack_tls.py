@@ -37,12 +37,13 @@ def _name(cn: str) -> x509.Name:
                       x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
 
-def _still_valid(path: Path) -> bool:
+def still_valid(path: Path) -> bool:
+    """A PEM certificate at ``path`` that is valid for at least one more day."""
     try:
         cert = x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError):
@@ -55,7 +56,7 @@ def ensure_webhook_tls(directory: Path, hosts: tuple[str, ...] = ("localhost", "
     directory.mkdir(parents=True, exist_ok=True)
     tls = WebhookTLS(ca_cert=directory / "ca.crt", cert=directory / "webhook.crt",
                      key=directory / "webhook.key")
-    if tls.key.exists() and _still_valid(tls.cert) and _still_valid(tls.ca_cert):
+    if tls.key.exists() and still_valid(tls.cert) and still_valid(tls.ca_cert):
         return tls
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -84,6 +85,6 @@ def ensure_webhook_tls(directory: Path, hosts: tuple[str, ...] = ("localhost", "
             .sign(ca_key, hashes.SHA256()))
     tls.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     tls.cert.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    tls.key.write_bytes(_key_pem(leaf_key))
+    tls.key.write_bytes(key_pem(leaf_key))
     tls.key.chmod(0o600)
     return tls

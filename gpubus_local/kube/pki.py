@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gpubus_local.stack_tls import key_pem, still_valid
+
 _VALID = dt.timedelta(days=365)
 SERVICE_IP = "10.96.0.1"
 """The ``kubernetes`` Service's address: the first of ``--service-cluster-ip-range`` 10.96.0.0/16."""
@@ -56,9 +58,6 @@ def _name(cn: str, groups: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
 
 
 def _sans(hosts: tuple[str, ...]) -> list[x509.GeneralName]:
@@ -71,12 +70,6 @@ def _sans(hosts: tuple[str, ...]) -> list[x509.GeneralName]:
     return names
 
 
-def _still_valid(path: Path) -> bool:
-    try:
-        cert = x509.load_pem_x509_certificate(path.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return cert.not_valid_after_utc > dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
 
 
 def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -92,7 +85,7 @@ class ClusterPKI:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.ca = Pair(cert=directory / "ca.crt", key=directory / "ca.key")
-        if not (self.ca.key.exists() and _still_valid(self.ca.cert)):
+        if not (self.ca.key.exists() and still_valid(self.ca.cert)):
             self._make_ca()
         self._ca_key = serialization.load_pem_private_key(self.ca.key.read_bytes(), password=None)
         self._ca_cert = x509.load_pem_x509_certificate(self.ca.cert.read_bytes())
@@ -110,13 +103,13 @@ class ClusterPKI:
                                              data_encipherment=False, key_agreement=False,
                                              encipher_only=False, decipher_only=False), critical=True)
                 .sign(key, hashes.SHA256()))
-        _write(self.ca.key, _pem_key(key), 0o600)
+        _write(self.ca.key, key_pem(key), 0o600)
         _write(self.ca.cert, cert.public_bytes(serialization.Encoding.PEM))
 
     def _issue(self, stem: str, subject: x509.Name, *, server_hosts: tuple[str, ...] = (),
                client: bool = False) -> Pair:
         pair = Pair(cert=self.directory / f"{stem}.crt", key=self.directory / f"{stem}.key")
-        if pair.key.exists() and _still_valid(pair.cert):
+        if pair.key.exists() and still_valid(pair.cert):
             return pair
         now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
         key = ec.generate_private_key(ec.SECP256R1())
@@ -130,7 +123,7 @@ class ClusterPKI:
         if server_hosts:
             builder = builder.add_extension(x509.SubjectAlternativeName(_sans(server_hosts)), critical=False)
         cert = builder.sign(self._ca_key, hashes.SHA256())  # type: ignore[arg-type]
-        _write(pair.key, _pem_key(key), 0o600)
+        _write(pair.key, key_pem(key), 0o600)
         _write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
         return pair
 
@@ -154,7 +147,7 @@ class ClusterPKI:
         if pair.key.exists() and pair.cert.exists():
             return pair
         key = ec.generate_private_key(ec.SECP256R1())
-        _write(pair.key, _pem_key(key), 0o600)
+        _write(pair.key, key_pem(key), 0o600)
         _write(pair.cert, key.public_key().public_bytes(serialization.Encoding.PEM,
                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
         return pair

@@ -16,7 +16,6 @@ Every test ends with the e2e invariants (no over-commit, ledger == live pods, no
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -38,6 +37,7 @@ pytestmark = pytest.mark.timeout(900)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WORKLOADS = "workloads"
+PLACED_FIRST = ("pod-gpu-uuid", "pod-exclusive")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -50,10 +50,6 @@ async def kube(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[KubeE2
 def _ok(done: Any) -> str:
     assert done.returncode == 0, f"kubectl {done.args[3:]}: {done.stderr[-2000:]}"
     return str(done.stdout)
-
-
-def _names(stack_kube: KubeE2E, prefix: str) -> list[str]:
-    return [n for n in stack_kube.pods if n.startswith(prefix)]
 
 
 async def test_chart_objects_are_all_served(kube: KubeE2E) -> None:
@@ -101,9 +97,19 @@ async def test_service_accounts_get_what_the_chart_grants_and_nothing_more(
 async def test_every_example_runs_with_the_env_hami_core_reads(kube: KubeE2E) -> None:
     stack = kube.stack
     names: dict[str, str] = {}
+
+    async def create(stem: str) -> str:
+        created = _ok(kubectl(stack, "create", "-f", str(EXAMPLES / f"{stem}.yaml"), "-o", "name"))
+        names[stem] = created.strip().removeprefix("pod/")
+        return names[stem]
+
+    # The one-card pod wants GPU 0 of node-1 and the 4-card exclusive pod a whole node, which it
+    # never leaves: placed first, in this order, the exclusive pod cannot take node-1 from it.
+    for stem in PLACED_FIRST:
+        await kube.wait_phase([await create(stem)], {"Running"}, timeout=60)
     for path in sorted(EXAMPLES.glob("pod-*.yaml")):
-        created = _ok(kubectl(stack, "create", "-f", str(path), "-o", "name"))
-        names[path.stem] = created.strip().removeprefix("pod/")
+        if path.stem not in PLACED_FIRST:
+            await create(path.stem)
     running = [n for stem, n in names.items() if stem != "pod-cannot-fit"]
     await kube.wait_phase(running, {"Running", "Succeeded"}, timeout=120)
     devices = await kube.devices()
@@ -238,5 +244,4 @@ async def _leader(kube: KubeE2E) -> str:
                 found.append(name)
         return len(found) == 1
     await wait_until(one_leads, 60, what="one scheduler leading")
-    await asyncio.sleep(0)
     return found[0]

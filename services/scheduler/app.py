@@ -9,6 +9,7 @@ awaited on :meth:`SchedulerApp.stop`; if one ends unexpectedly the app reports i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
@@ -43,6 +44,7 @@ from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
 from shared.bus import Bus, BusSettings, BusStats, Subscription
 from shared.bus.metrics import BusStatsCollector
+from shared.errors import BusUnavailable
 from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
@@ -332,6 +334,11 @@ class SchedulerApp:
                     "released them (the usual race on a busy node, not an error)",
                     lambda: float(self.leases.takeovers),
                 ),
+                "gpubus_scheduler_leases_swept": (
+                    "Allocate leases the leader deleted because they outlived their TTL with their "
+                    "owner gone (the server's TTL expiry missed them)",
+                    lambda: float(self.leases.swept),
+                ),
             }
         )
 
@@ -379,6 +386,10 @@ class SchedulerApp:
             for lapsed in self.ledger.expire(self.clock()):
                 log.warning("reservation for %s/%s on %s lapsed", lapsed.namespace, lapsed.name, lapsed.node)
                 self.leases.wake(lapsed.node)
+            if self.election.is_leader:
+                with contextlib.suppress(BusUnavailable):
+                    if swept := await self.leases.sweep():
+                        log.warning("%d Allocate lease(s) outlived their TTL on the server; deleted", swept)
 
 
 def _tls_context(settings: SchedulerSettings) -> ssl.SSLContext | None:

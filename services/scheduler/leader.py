@@ -20,6 +20,8 @@ from shared.errors import BusUnavailable
 log = logging.getLogger(__name__)
 
 Hook = Callable[[], Awaitable[None]]
+#: Wait before campaigning again after a set-up that NATS interrupted, seconds.
+_RETAKE_S = 1.0
 
 
 class LeaderElection:
@@ -66,7 +68,15 @@ class LeaderElection:
             self.leader = self.replica
             self.is_leader = True
             log.info("replica %s is now the scheduler leader", self.replica)
-            await self._on_elected()
+            try:
+                await self._on_elected()
+            except BusUnavailable as e:
+                # NATS went away between the win and the leader's set-up (its subscriptions): give
+                # the lease back and campaign again, rather than end the election (and the process)
+                log.warning("replica %s could not take up leadership (%s); stepping down", self.replica, e)
+                await self._step_down(release=True)
+                await asyncio.sleep(min(_RETAKE_S, self._ttl / 3))
+                return
             await lease.lost.wait()
             log.warning("replica %s lost the leader lease", self.replica)
             await self._step_down(release=False)

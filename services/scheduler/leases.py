@@ -78,10 +78,17 @@ class AllocLeases:
         self._deleted: dict[str, int] = {}
         """key -> revision of its delete marker, while the watch shows it free."""
         self.takeovers = 0
+        self.swept = 0
+        """Leases deleted by :meth:`sweep` (their TTL long over, their owner gone)."""
 
     async def start(self) -> None:
         self._kv = await self._bus.kv(LOCKS)
         self._watch = await self._kv.watch(self._on_key, keys="alloc.>", tombstones=self._on_tombstone)
+        # and what was held before the watch began (a restarted leader's, or a dead one's): one
+        # bulk read, so the sweep and the waiters know those holders too
+        for key, entry in (await self._kv.items()).items():
+            if key.startswith("alloc."):
+                self._note_held(key, entry.value.decode("utf-8", "replace"), entry.revision)
 
     async def close(self) -> None:
         if self._watch is not None:
@@ -226,6 +233,23 @@ class AllocLeases:
             return None
         expires = held.seen_at + self.effective_ttl + _EXPIRY_SLACK_S
         return expires if expires > now else None
+
+    async def sweep(self) -> int:
+        """Delete the leases the watch shows held a whole TTL past their first sighting by an owner
+        that is gone; how many. nats-server expires by TTL on each replica on its own, and a key
+        a restarted replica kept would otherwise stay until the next bind on its node took it over.
+        A compare-and-delete at the revision seen: a lease taken again meanwhile is left alone."""
+        assert self._kv is not None
+        now, ttl = time.monotonic(), self.effective_ttl
+        stale = [(key, held.revision) for key, held in self._holders.items()
+                 if now > held.seen_at + 2 * ttl and not self._owner_alive(held.owner)]
+        swept = 0
+        for key, revision in stale:
+            with contextlib.suppress(CasConflict, BusUnavailable):
+                self._note_freed(key, await self._kv.delete(key, last=revision))
+                swept += 1
+        self.swept += swept
+        return swept
 
     async def release(self, leases: Iterable[Lease]) -> None:
         for lease in leases:

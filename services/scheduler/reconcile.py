@@ -15,6 +15,7 @@ Orchestration over ``state``, ``leases`` and the Kubernetes port; must not know 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -216,10 +217,16 @@ class Reconciler:
     async def subscribe_verdicts(self, since: float) -> list[Subscription]:
         """Follow applied/failed from ``since`` (a new leader replays what the old one may have missed)."""
         bus = self._state.bus
-        return [
-            await bus.subscribe("gpubus.allocation.applied.>", self.on_verdict, deliver=since),
-            await bus.subscribe("gpubus.allocation.failed.>", self.on_verdict, deliver=since),
-        ]
+        subs: list[Subscription] = []
+        try:
+            for subject in ("gpubus.allocation.applied.>", "gpubus.allocation.failed.>"):
+                subs.append(await bus.subscribe(subject, self.on_verdict, deliver=since))
+        except BaseException:
+            for sub in subs:  # none left running for a leader that could not finish its set-up
+                with contextlib.suppress(BusUnavailable):
+                    await sub.stop()
+            raise
+        return subs
 
     async def on_verdict(self, event: Event) -> None:
         """A node-agent's word on an entry counts only from the entry's own node, and only while

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 OwnerAlive = Callable[[str], bool]
 #: KV keeps a key a little past its TTL before expiring it.
 _EXPIRY_SLACK_S = 0.2
+#: How long past its TTL a lease must be before the sweep deletes it (the server's expiry goes first).
+_SWEEP_GRACE_S = 5.0
 #: Least wait after a lost attempt whose holder's TTL should be over (expiry writes no marker).
 _RETRY_S = 0.05
 
@@ -235,14 +237,14 @@ class AllocLeases:
         return expires if expires > now else None
 
     async def sweep(self) -> int:
-        """Delete the leases the watch shows held a whole TTL past their first sighting by an owner
-        that is gone; how many. nats-server expires by TTL on each replica on its own, and a key
+        """Delete the leases the watch shows held longer than their TTL (and a grace) since their
+        first sighting, by an owner that is gone; how many. nats-server expires by TTL on each replica on its own, and a key
         a restarted replica kept would otherwise stay until the next bind on its node took it over.
         A compare-and-delete at the revision seen: a lease taken again meanwhile is left alone."""
         assert self._kv is not None
         now, ttl = time.monotonic(), self.effective_ttl
         stale = [(key, held.revision) for key, held in self._holders.items()
-                 if now > held.seen_at + 2 * ttl and not self._owner_alive(held.owner)]
+                 if now > held.seen_at + ttl + _SWEEP_GRACE_S and not self._owner_alive(held.owner)]
         swept = 0
         for key, revision in stale:
             with contextlib.suppress(CasConflict, BusUnavailable):

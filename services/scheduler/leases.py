@@ -238,9 +238,10 @@ class AllocLeases:
 
     async def sweep(self) -> int:
         """Delete the leases the watch shows held longer than their TTL (and a grace) since their
-        first sighting, by an owner that is gone; how many. nats-server expires by TTL on each replica on its own, and a key
-        a restarted replica kept would otherwise stay until the next bind on its node took it over.
-        A compare-and-delete at the revision seen: a lease taken again meanwhile is left alone."""
+        first sighting, by an owner that is gone; how many. nats-server expires by TTL on each
+        replica on its own, and a key a restarted replica kept would otherwise stay until the next
+        bind on its node took it over. A compare-and-delete at the revision seen: a lease taken
+        again meanwhile is left alone."""
         assert self._kv is not None
         now, ttl = time.monotonic(), self.effective_ttl
         stale = [(key, held.revision) for key, held in self._holders.items()

@@ -279,6 +279,10 @@ class Reconciler:
         if self._kube is None:
             self.pods_synced.set()
             return
+        # A term's view of the pods starts from its own list: pods deleted while this replica did
+        # not lead send no event, and a stale record would keep their entries from the reconcile.
+        self._live.clear()
+        self._unbound.clear()
         synced = asyncio.Event()
         listed_at = self._clock()
         reconciler = asyncio.create_task(self._reconcile_when(synced, listed_at), name="scheduler-reconcile")

@@ -354,3 +354,23 @@ async def test_a_forwarded_bind_waits_for_a_leader_still_subscribing(
     finally:
         await leader.stop()
     assert served == [args]
+
+
+async def test_a_pod_deleted_while_the_replica_did_not_lead_is_released_when_it_leads_again(
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
+) -> None:
+    """The fault matrix's case: a leader's term ends (NATS lost quorum), the pod it bound is
+    deleted meanwhile (no event reaches a replica that does not watch), and when the replica leads
+    again its reconcile must not take the old term's view of the pod for a live one."""
+    await add_node(bus, kube, scheduler)
+    pod = await create(kube, gpu_pod("bound-then-gone", slice_of(1000)))
+    uid = pod["metadata"]["uid"]
+    assert await client.bind(pod, "n1") == ""  # no node-agent: the entry stays DECIDED
+    reconciler: Any = scheduler.reconciler  # its view of the pod (private: nothing else needs it)
+    await wait_until(lambda: reconciler.live(uid) is not None and uid not in reconciler._unbound,
+                     what="the pod watch seeing it bound")
+    await scheduler._deposed()  # the term ends as the election ends it
+    await kube.delete_pod("default", "bound-then-gone")
+    assert scheduler.ledger.entry(uid) is not None
+    await scheduler._elected()  # and a new one begins
+    await wait_until(lambda: scheduler.ledger.entry(uid) is None, 15, what="the gone pod's entry released")

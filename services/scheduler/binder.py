@@ -235,6 +235,9 @@ class Binder:
                     f"(the node-agent has not run Allocate for it yet)",
                 ) from None
             self._metrics.lease_wait_seconds.observe(time.monotonic() - started)
+            if not self._leadership.is_leader:
+                # the wait for a lease can outlast a term: a deposed replica decides nothing
+                raise BindError("not_leader", "this scheduler replica stopped leading while the bind waited")
             # Set first: a decide that fails after its KV write (or whose event is still queued)
             # must be undone with a full release, so the node-agent sees released after decided.
             decided = True

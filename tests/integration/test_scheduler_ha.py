@@ -374,3 +374,18 @@ async def test_a_pod_deleted_while_the_replica_did_not_lead_is_released_when_it_
     assert scheduler.ledger.entry(uid) is not None
     await scheduler._elected()  # and a new one begins
     await wait_until(lambda: scheduler.ledger.entry(uid) is None, 15, what="the gone pod's entry released")
+
+
+async def test_a_bind_whose_wait_outlasts_the_term_decides_nothing(
+    bus: Bus, kube: SimKubeClient, schedulers: Schedulers
+) -> None:
+    app = await schedulers.leader_of_n1(lease_ttl_s=20.0, bind_timeout_s=15.0, replica_id="term")
+    first, second = await create_pods(kube, "first", "second")
+    assert await schedulers.bind(app, first) == ""  # no node-agent: its lease stays held
+    waiting = asyncio.create_task(schedulers.bind(app, second))
+    await wait_until(lambda: app.binder.binding(second["metadata"]["uid"]), what="the second bind waiting")
+    app.election.is_leader = False  # the term ends (as the election would end it) while it waits
+    lease = await bus.lease(lease_key("n1", 1), first["metadata"]["uid"], auto_renew=False)
+    assert await lease.release()
+    assert "stopped leading" in await waiting
+    assert app.ledger.entry(second["metadata"]["uid"]) is None

@@ -174,15 +174,15 @@ async def node_identity(server: ConfiguredServer, tmp_path: Path) -> AsyncIterat
         kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
         callout_bus = await Bus.connect(_settings(server, "authn"), source="authn")
         settings = AuthnSettings(issuer_seed_file=str(seed), port=0, bind="127.0.0.1")
-        app = AuthnApp(Authn(settings, ISSUER, kube), callout_bus)
-        await app.start()
         identity = NodeIdentity(server, kube)
         try:
-            yield identity
+            async with AuthnApp(Authn(settings, ISSUER, kube), callout_bus):
+                try:
+                    yield identity
+                finally:
+                    for bus in identity.buses:
+                        await bus.close()
         finally:
-            for bus in identity.buses:
-                await bus.close()
-            await app.stop()
             await callout_bus.close()
             await kube.close()
 

@@ -15,9 +15,14 @@ from leaks import nothing_left_open
 from natsproc import free_port
 
 from gpubus_local.sim.apiserver import SimApiServer
+from gpubus_local.sim.kube import SimKubeClient
+from services.authn import nkeyjwt
+from services.authn.app import CALLOUT_SUBJECT, Authn, AuthnApp, load_issuer
+from services.authn.settings import AuthnSettings
 from services.webhook.app import Webhook
 from services.webhook.settings import WebhookSettings
-from shared.bus import BusSettings
+from shared.bus import Bus, BusSettings
+from shared.bus.errors import NoResponders
 
 
 @pytest.fixture
@@ -37,3 +42,21 @@ async def test_webhook_on_a_taken_port_leaves_nothing_open(tmp_path: Path, taken
             with pytest.raises(OSError):
                 async with Webhook(settings, BusSettings(url=f"nats://127.0.0.1:{free_port()}")):
                     pass
+
+
+async def test_authn_on_a_taken_port_stops_serving_the_callout(
+        tmp_path: Path, taken_port: int, bus: Bus) -> None:
+    seed = tmp_path / "issuer.seed"
+    seed.write_bytes(nkeyjwt.Signer.generate(nkeyjwt.PREFIX_ACCOUNT).seed)
+    settings = AuthnSettings(issuer_seed_file=str(seed), bind="127.0.0.1", port=taken_port)
+    async with SimApiServer() as api:
+        kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        try:
+            async with nothing_left_open():
+                with pytest.raises(OSError):
+                    async with AuthnApp(Authn(settings, load_issuer(str(seed)), kube), bus):
+                        pass
+        finally:
+            await kube.close()
+    with pytest.raises(NoResponders):
+        await bus.request(CALLOUT_SUBJECT, b"{}", timeout=2.0)

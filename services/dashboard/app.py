@@ -17,6 +17,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 
 import orjson
 from aiohttp import web
@@ -34,6 +35,7 @@ from services.dashboard.view import ClusterView
 from shared.bus import ALLOCATIONS, INVENTORY, STREAM, Bus, BusSettings
 from shared.bus.errors import translated
 from shared.bus.metrics import BusStatsCollector
+from shared.component import Component
 from shared.errors import BadInput, BusUnavailable, EventDecodeError
 from shared.events import Inventory
 from shared.inventory_entries import decode_inventory_entry
@@ -51,11 +53,12 @@ RETRY_S = 1.0
 """Between two looks for the stream and buckets while no other service has created them yet."""
 
 
-class Dashboard:
-    """A running dashboard: :meth:`start` it, read :attr:`port`, :meth:`close` it."""
+class Dashboard(Component):
+    """The dashboard: ``async with Dashboard(settings, bus) as d:`` serves on :attr:`port`."""
 
     def __init__(self, settings: DashboardSettings, bus: Bus, clock: Callable[[], float] = time.time,
                  gate: TokenGate | None = None) -> None:
+        super().__init__()
         self.settings = settings
         self.bus = bus
         self.clock = clock
@@ -80,24 +83,17 @@ class Dashboard:
         self.runner = web.AppRunner(build_app(self.deps), access_log=None, handle_signals=False)
         self.port = 0
 
-    @classmethod
-    async def start(cls, settings: DashboardSettings, bus: Bus, gate: TokenGate | None = None) -> Dashboard:
-        dashboard = cls(settings, bus, gate=gate)
-        try:
-            await dashboard._open()
-        except BaseException:
-            await dashboard.close()
-            raise
-        return dashboard
-
-    async def _open(self) -> None:
+    async def _open(self, exits: AsyncExitStack) -> None:
         """Serve at once (``/readyz`` says 503 until the view has caught up), then follow the stream."""
         await self.runner.setup()
+        exits.push_async_callback(self.runner.cleanup)
         site = web.TCPSite(self.runner, self.settings.bind, self.settings.port)
         await site.start()
         self.port = bound_port(self.runner, default=self.settings.port)
         log.info("dashboard serving http://%s:%d", self.settings.bind, self.port)
+        exits.push_async_callback(self.follower.stop)
         self.following = asyncio.create_task(self._follow(), name="dashboard-follow")
+        exits.push_async_callback(cancel_and_wait, self.following)
 
     async def _follow(self) -> None:
         """Seed and subscribe once the schema exists (the other services create it; we may not)."""
@@ -121,12 +117,6 @@ class Dashboard:
                         checkpoint_interval_s=self.settings.checkpoint_interval_s,
                         trend_step_s=self.settings.trend_step_s,
                         finished_retention_s=self.settings.finished_retention_s)
-
-    async def close(self) -> None:
-        if self.following is not None:
-            await cancel_and_wait(self.following)
-        await self.follower.stop()
-        await self.runner.cleanup()
 
     # -- the live view ------------------------------------------------------------------------
     async def _seed(self, now: float) -> None:
@@ -244,11 +234,14 @@ def _fields(stats: DashboardStats) -> dict[str, int]:
 
 async def run(settings: DashboardSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """Serve until the lifetime ends (SIGTERM or SIGINT), then shut down cleanly."""
-    kube = await _reviewer(settings)
-    bus = await Bus.connect(bus_settings, source="dashboard")
-    try:
+    async with AsyncExitStack() as exits:
+        kube = await _reviewer(settings)
+        if kube is not None:
+            exits.push_async_callback(kube.close)
+        bus = await Bus.connect(bus_settings, source="dashboard")
+        exits.push_async_callback(bus.close)
         gate = None if kube is None else TokenGate(kube, AccessRule(namespace=settings.auth_namespace))
-        dashboard = await Dashboard.start(settings, bus, gate=gate)
+        dashboard = await exits.enter_async_context(Dashboard(settings, bus, gate=gate))
         # until the lifetime ends, or until following the stream fails for a reason other than NATS away
         try:
             assert dashboard.following is not None
@@ -256,11 +249,6 @@ async def run(settings: DashboardSettings, bus_settings: BusSettings, lifetime: 
             await lifetime.wait()
         finally:
             log.info("dashboard shutting down")
-            await dashboard.close()
-    finally:
-        await bus.close()
-        if kube is not None:
-            await kube.close()
 
 
 async def _reviewer(settings: DashboardSettings) -> KubeClient | None:

@@ -338,13 +338,11 @@ async def test_dashboard_serves_its_view_and_can_write_nothing(connect: Any, nod
     await (await writer.kv(INVENTORY)).put("node-dash", encode_inventory(snapshot))
     await writer.publish(snapshot)
     reader = await connect("dashboard")
-    dashboard = await Dashboard.start(DashboardSettings(bind="127.0.0.1", port=0), reader)
-    try:  # the seed (KV), the live follower (stream) and stream info all pass the user's permissions
+    # the seed (KV), the live follower (stream) and stream info all pass the user's permissions
+    async with Dashboard(DashboardSettings(bind="127.0.0.1", port=0), reader) as dashboard:
         await wait_until(dashboard.ready, 10, what="the dashboard caught up")
         assert "node-dash" in dashboard.timeline.view.nodes
         assert (await dashboard.bounds())[0] > 0
-    finally:
-        await dashboard.close()
     for subject in ("gpubus.pod.admitted._", "gpubus.allocation.decided.n", "$KV.inventory.node-dash",
                     "$KV.allocations.x", "gpubus.query.scheduler.bind", "$JS.API.STREAM.DELETE.GPUBUS",
                     "$JS.API.CONSUMER.DURABLE.CREATE.GPUBUS.x", "$JS.ACK.GPUBUS.x"):

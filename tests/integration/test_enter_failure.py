@@ -19,6 +19,8 @@ from gpubus_local.sim.kube import SimKubeClient
 from services.authn import nkeyjwt
 from services.authn.app import CALLOUT_SUBJECT, Authn, AuthnApp, load_issuer
 from services.authn.settings import AuthnSettings
+from services.dashboard.app import Dashboard
+from services.dashboard.settings import DashboardSettings
 from services.webhook.app import Webhook
 from services.webhook.settings import WebhookSettings
 from shared.bus import Bus, BusSettings
@@ -60,3 +62,10 @@ async def test_authn_on_a_taken_port_stops_serving_the_callout(
             await kube.close()
     with pytest.raises(NoResponders):
         await bus.request(CALLOUT_SUBJECT, b"{}", timeout=2.0)
+
+
+async def test_dashboard_on_a_taken_port_leaves_nothing_open(taken_port: int, bus: Bus) -> None:
+    async with nothing_left_open():
+        with pytest.raises(OSError):
+            async with Dashboard(DashboardSettings(bind="127.0.0.1", port=taken_port), bus):
+                pass

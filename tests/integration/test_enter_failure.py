@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bus_settings import bus_settings
 from leaks import nothing_left_open
 from natsproc import free_port
 
@@ -21,10 +22,16 @@ from services.authn.app import CALLOUT_SUBJECT, Authn, AuthnApp, load_issuer
 from services.authn.settings import AuthnSettings
 from services.dashboard.app import Dashboard
 from services.dashboard.settings import DashboardSettings
+from services.monitor import app as monitor_app
+from services.monitor.settings import MonitorSettings
+from services.node_agent import app as node_agent_app
+from services.node_agent.errors import PluginSocketError
+from services.node_agent.settings import NodeAgentSettings
 from services.webhook.app import Webhook
 from services.webhook.settings import WebhookSettings
 from shared.bus import Bus, BusSettings
 from shared.bus.errors import NoResponders
+from shared.lifetime import run_until_stopped
 
 
 @pytest.fixture
@@ -69,3 +76,32 @@ async def test_dashboard_on_a_taken_port_leaves_nothing_open(taken_port: int, bu
         with pytest.raises(OSError):
             async with Dashboard(DashboardSettings(bind="127.0.0.1", port=taken_port), bus):
                 pass
+
+
+async def test_monitor_on_a_taken_port_leaves_nothing_open(taken_port: int, nats_url: str) -> None:
+    """The process's whole start: its NATS connection and route are up when /metrics fails."""
+    settings = MonitorSettings(nodes=("node-1",), sources=("sim",), metrics_bind="127.0.0.1",
+                               metrics_port=taken_port)
+    async with nothing_left_open():
+        with pytest.raises(OSError):
+            await run_until_stopped(
+                lambda lifetime: monitor_app.run(settings, bus_settings(nats_url), lifetime), signals=False)
+
+
+async def test_node_agent_whose_plugin_socket_cannot_be_bound_leaves_nothing_open(
+        tmp_path: Path, nats_url: str) -> None:
+    """The process's whole start: NATS, /metrics, the decision route, the health service and the
+    simulated GPUs are open when the kubelet side fails."""
+    settings = NodeAgentSettings(node_name="node-1", simulate="2xA100-80GB", metrics_port=free_port(),
+                                 metrics_host="127.0.0.1", plugin_dir=str(tmp_path / ("d" * 120)),
+                                 hook_path=str(tmp_path / "hook"),
+                                 pod_resources_socket=str(tmp_path / "pr.sock"))
+    async def start() -> None:
+        await run_until_stopped(
+            lambda lifetime: node_agent_app.run(settings, bus_settings(nats_url), lifetime), signals=False)
+
+    with pytest.raises(PluginSocketError):
+        await start()  # gRPC opens a socket pair for the life of the process at its first failed bind
+    async with nothing_left_open():
+        with pytest.raises(PluginSocketError):
+            await start()

@@ -2,7 +2,8 @@
 
 ``async with X(settings, ...) as x:`` opens ``x``'s parts in order in :meth:`Component._open`, each
 registered on an :class:`~contextlib.AsyncExitStack` as it is opened. Leaving the block closes them
-in reverse order, and so does a failure at any step of opening: a half-opened component leaves
+in reverse order (:meth:`Component.aclose` does it earlier), and so does a failure at any step
+of opening: a half-opened component leaves
 nothing behind (no task, no socket, no connection). The constructor only builds plain objects; the
 parts that need I/O are assigned in ``_open`` and nowhere else.
 
@@ -41,4 +42,9 @@ class Component:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close what was opened, in reverse, before the block ends (as httpx's ``aclose``: a test
+        that stops a replica part-way); the block's own end then closes nothing more."""
         await self._exits.aclose()

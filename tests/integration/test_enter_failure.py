@@ -14,6 +14,7 @@ import pytest
 from bus_settings import bus_settings
 from leaks import nothing_left_open
 from natsproc import free_port
+from scheduler_harness import scheduler_app
 
 from gpubus_local.sim.apiserver import SimApiServer
 from gpubus_local.sim.kube import SimKubeClient
@@ -31,6 +32,7 @@ from services.webhook.app import Webhook
 from services.webhook.settings import WebhookSettings
 from shared.bus import Bus, BusSettings
 from shared.bus.errors import NoResponders
+from shared.errors import BusUnavailable
 from shared.lifetime import run_until_stopped
 
 
@@ -105,3 +107,23 @@ async def test_node_agent_whose_plugin_socket_cannot_be_bound_leaves_nothing_ope
     async with nothing_left_open():
         with pytest.raises(PluginSocketError):
             await start()
+
+
+async def test_scheduler_on_a_taken_port_leaves_nothing_open(
+        tmp_path: Path, taken_port: int, nats_url: str) -> None:
+    """The extender listens last: NATS, Kubernetes, the state's watches, the leases and the owned
+    tasks (leader election among them) are all up when the port is found taken."""
+    async with SimApiServer() as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        async with nothing_left_open():
+            with pytest.raises(OSError):
+                async with scheduler_app(bus_settings(nats_url), kubeconfig, port=taken_port):
+                    pass
+
+
+async def test_scheduler_that_nats_refuses_leaves_nothing_open() -> None:
+    refusing = BusSettings(url=f"nats://127.0.0.1:{free_port()}", initial_connect_timeout_s=0.5)
+    async with nothing_left_open():
+        with pytest.raises(BusUnavailable):
+            async with scheduler_app(refusing, None):
+                pass

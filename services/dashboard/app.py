@@ -11,7 +11,6 @@ constructs long-lived resources.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import gc
 import logging
 import time
@@ -19,7 +18,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 
-import orjson
 from aiohttp import web
 from prometheus_client import Counter
 
@@ -29,11 +27,9 @@ from services.dashboard.metrics import DashboardStats, make_registry
 from services.dashboard.pages import PageOptions
 from services.dashboard.server import Deps, Pulse, build_app
 from services.dashboard.settings import DashboardSettings
-from services.dashboard.stream import Follower, replay
 from services.dashboard.timeline import Raw, Timeline, absorb
 from services.dashboard.view import ClusterView
-from shared.bus import ALLOCATIONS, INVENTORY, STREAM, Bus, BusSettings
-from shared.bus.errors import translated
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, stream
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
 from shared.errors import BadInput, BusUnavailable, EventDecodeError
@@ -66,7 +62,7 @@ class Dashboard(Component):
         self.following: asyncio.Task[None] | None = None
         self.stats = DashboardStats()
         self.pulse = Pulse()
-        self.follower = Follower(bus.js, self._on_raw)
+        self.follower = stream.Follower(bus, self._on_raw)
         self._replays: OrderedDict[float, ClusterView] = OrderedDict()
         self._replaying = asyncio.Lock()
         registry = make_registry(self._read_stats, lambda: self.deps.streams)
@@ -183,9 +179,12 @@ class Dashboard(Component):
         retention = self.settings.finished_retention_s
         view = base if base is not None else ClusterView(finished_retention_s=retention)
         started = time.perf_counter()
-        count = await replay(self.bus.js, start=None if base is None else base.at, after_seq=view.seq,
-                             until=at, on_raw=lambda raw: _fold(view, raw),
-                             timeout=self.settings.replay_timeout_s)
+        try:
+            count = await stream.replay(self.bus, start=None if base is None else base.at, after_seq=view.seq,
+                                        until=at, on_message=lambda raw: _fold(view, raw),
+                                        timeout=self.settings.replay_timeout_s)
+        except BusUnavailable as e:
+            raise ReplayUnavailable(str(e)) from e
         log.info("time travel to %.1f: %d events folded onto %s in %.2fs", at, count,
                  "an empty view" if base is None else f"the checkpoint at {base.at:.1f}",
                  time.perf_counter() - started)
@@ -193,14 +192,10 @@ class Dashboard(Component):
 
     async def bounds(self) -> tuple[float, float]:
         """Stream times of the first and last stored events (0, 0 for an empty stream)."""
-        try:  # nats-py's StreamState drops first_ts: ask the API for the JSON itself
-            with translated("stream info"):
-                reply = await self.bus.nc.request(f"$JS.API.STREAM.INFO.{STREAM}", b"",
-                                                  timeout=self.bus.settings.request_timeout_s)
+        try:
+            first = (await stream.bounds(self.bus)).first_at
         except BusUnavailable as e:
             raise ReplayUnavailable(str(e)) from e
-        state = orjson.loads(reply.data).get("state") or {}
-        first = _unix(state.get("first_ts")) if state.get("messages") else 0.0
         return first, self.timeline.view.at
 
 
@@ -214,18 +209,6 @@ def _freeze() -> None:
 
 def _fold(view: ClusterView, raw: Raw) -> None:
     absorb(view, raw)
-
-
-def _unix(ts: object) -> float:
-    """An RFC 3339 UTC time as JetStream writes it (nanoseconds, ``Z``) -> unix seconds; 0 if not one."""
-    if not isinstance(ts, str):
-        return 0.0
-    whole, _, frac = ts.rstrip("Z").partition(".")
-    try:
-        moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
-        return moment.timestamp() + (float(f"0.{frac}") if frac.isdigit() else 0.0)
-    except ValueError:
-        return 0.0
 
 
 def _fields(stats: DashboardStats) -> dict[str, int]:

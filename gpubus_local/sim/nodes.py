@@ -120,7 +120,7 @@ class SimCluster:
         """Per-node connections (``node_identity``); a node without one uses the shared ``bus``."""
         self.fatal = asyncio.Event()
         self.monitor: MonitorApp | None = None
-        self._open: dict[str, AsyncExitStack] = {}
+        self._running: dict[str, AsyncExitStack] = {}
         """What :meth:`stop` closes: each agent's own (to restart one alone), then ``monitor``'s."""
         self._log: IO[str] | None = (spec.admissions_log.open("a", buffering=1)
                                      if spec.admissions_log else None)
@@ -182,7 +182,8 @@ class SimCluster:
             await asyncio.wait_for(sim.synced.wait(), 60.0)
             log.debug("node %s registered", node)
         monitor = build_monitor(self.spec, self.names, self.bus, self.sims, self._on_fatal)
-        self.monitor = await self._open.setdefault("monitor", AsyncExitStack()).enter_async_context(monitor)
+        exits = self._running["monitor"] = AsyncExitStack()
+        self.monitor = await exits.enter_async_context(monitor)
 
     async def _start_host(self, i: int, node: str, source: SimulatedSource) -> None:
         """The node's kubelet stand-in and pod lifecycle."""
@@ -200,12 +201,12 @@ class SimCluster:
         self.sims[node] = sim
 
     async def _enter_agent(self, node: str, agent: NodeAgent) -> None:
-        exits = self._open[f"agent/{node}"] = AsyncExitStack()
+        exits = self._running[f"agent/{node}"] = AsyncExitStack()
         self.agents[node] = await exits.enter_async_context(agent)
 
     async def _stop_agent(self, node: str) -> None:
         self.agents.pop(node, None)
-        exits = self._open.pop(f"agent/{node}", None)
+        exits = self._running.pop(f"agent/{node}", None)
         if exits is not None:
             await exits.aclose()
 
@@ -242,7 +243,7 @@ class SimCluster:
         return handle
 
     async def stop(self) -> None:
-        monitor = self._open.pop("monitor", None)
+        monitor = self._running.pop("monitor", None)
         if monitor is not None:
             await monitor.aclose()
         for node in list(self.agents):

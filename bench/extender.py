@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import resource
 import shutil
@@ -230,11 +231,12 @@ async def measure_binds(
     await agent_bus.close()
 
 
-async def cold_start(session: aiohttp.ClientSession, app: SchedulerApp, names: list[str]) -> None:
+async def cold_start(session: aiohttp.ClientSession, running: contextlib.AsyncExitStack, app: SchedulerApp,
+                     names: list[str]) -> None:
     gc.collect()
     before = rss_mib()
     started = time.perf_counter()
-    await app.start()
+    await running.enter_async_context(app)
     first = await filter_rtt(session, app.port, names[:1000], 1)
     cold = time.perf_counter() - started
     gc.collect()
@@ -272,11 +274,11 @@ async def main(args: argparse.Namespace) -> None:
             )
             app = SchedulerApp(settings, bus_settings)
             names = [f"node-{i:05d}" for i in range(args.nodes)]
-            await cold_start(session, app, names)
-            await measure_filters(session, app, names, args.iterations)
-            if not args.skip_binds:
-                await measure_binds(session, app, bus, kube, names)
-            await app.stop()
+            async with contextlib.AsyncExitStack() as running:
+                await cold_start(session, running, app, names)
+                await measure_filters(session, app, names, args.iterations)
+                if not args.skip_binds:
+                    await measure_binds(session, app, bus, kube, names)
             await bus.close()
             await kube.close()
     finally:

@@ -50,5 +50,22 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None, log_errors: bool =
             log.warning("task %s ended with an error", _name(task), exc_info=error)
 
 
+async def cancel_and_wait_through(*tasks: asyncio.Future[Any] | None) -> None:
+    """:func:`cancel_and_wait`, finished even when the caller is cancelled meanwhile (a clean-up in
+    a ``finally``): the tasks always end before this returns, and the caller's cancel is raised
+    after. Without it an owner's re-cancel (:data:`RECANCEL_S`) cut the clean-up short and left
+    the tasks running."""
+    cleanup = asyncio.ensure_future(cancel_and_wait(*tasks, log_errors=False))
+    cancelled = False
+    while not cleanup.done():
+        try:
+            await asyncio.shield(cleanup)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    cleanup.result()
+
+
 def _name(task: asyncio.Future[Any]) -> str:
     return task.get_name() if isinstance(task, asyncio.Task) else repr(task)

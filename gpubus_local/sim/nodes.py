@@ -23,6 +23,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -119,6 +120,8 @@ class SimCluster:
         """Per-node connections (``node_identity``); a node without one uses the shared ``bus``."""
         self.fatal = asyncio.Event()
         self.monitor: MonitorApp | None = None
+        self._running: dict[str, AsyncExitStack] = {}
+        """What :meth:`stop` closes: each agent's own (to restart one alone), then ``monitor``'s."""
         self._log: IO[str] | None = (spec.admissions_log.open("a", buffering=1)
                                      if spec.admissions_log else None)
 
@@ -169,8 +172,7 @@ class SimCluster:
             if part != "agents":
                 await self._start_host(i, node, source)
             if part != "hosts":
-                self.agents[node] = self._new_agent(node, source)
-                await self.agents[node].start()
+                await self._enter_agent(node, self._new_agent(node, source))
             if part == "all":
                 await self.bus.serve(control_subject(node), self._control_handler(node))
         if part == "agents":
@@ -179,8 +181,9 @@ class SimCluster:
             await sim.kubelet.wait_for(_has_devices(sim), timeout=60.0)
             await asyncio.wait_for(sim.synced.wait(), 60.0)
             log.debug("node %s registered", node)
-        self.monitor = build_monitor(self.spec, self.names, self.bus, self.sims, self._on_fatal)
-        await self.monitor.start()
+        monitor = build_monitor(self.spec, self.names, self.bus, self.sims, self._on_fatal)
+        exits = self._running["monitor"] = AsyncExitStack()
+        self.monitor = await exits.enter_async_context(monitor)
 
     async def _start_host(self, i: int, node: str, source: SimulatedSource) -> None:
         """The node's kubelet stand-in and pod lifecycle."""
@@ -197,15 +200,19 @@ class SimCluster:
         await sim.start()
         self.sims[node] = sim
 
+    async def _enter_agent(self, node: str, agent: NodeAgent) -> None:
+        exits = self._running[f"agent/{node}"] = AsyncExitStack()
+        self.agents[node] = await exits.enter_async_context(agent)
+
     async def _stop_agent(self, node: str) -> None:
-        agent = self.agents.pop(node, None)
-        if agent is not None:
-            await agent.stop()
+        self.agents.pop(node, None)
+        exits = self._running.pop(f"agent/{node}", None)
+        if exits is not None:
+            await exits.aclose()
 
     async def _start_agent(self, node: str) -> None:
         if node not in self.agents:
-            self.agents[node] = self._new_agent(node)
-            await self.agents[node].start()
+            await self._enter_agent(node, self._new_agent(node))
 
     async def _restart_kubelet(self, node: str) -> None:
         """Restart, then wait until the plugin has registered again and listed its devices."""
@@ -236,10 +243,11 @@ class SimCluster:
         return handle
 
     async def stop(self) -> None:
-        if self.monitor is not None:
-            await self.monitor.stop()
-        for agent in self.agents.values():
-            await agent.stop()
+        monitor = self._running.pop("monitor", None)
+        if monitor is not None:
+            await monitor.aclose()
+        for node in list(self.agents):
+            await self._stop_agent(node)
         for sim in self.sims.values():
             await sim.stop()
         for bus in self.node_buses.values():

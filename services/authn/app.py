@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 from aiohttp import web
@@ -21,7 +22,8 @@ from services.authn.identity import IdentityApi, Refusal, Refused, identify
 from services.authn.metrics import AuthnMetrics
 from services.authn.permissions import node_permissions
 from services.authn.settings import AuthnSettings
-from shared.bus import Bus, BusSettings, Service
+from shared.bus import Bus, BusSettings
+from shared.component import Component
 from shared.errors import BusRefused
 from shared.kube import KubeClient
 from shared.kube_config import kube_client
@@ -95,33 +97,30 @@ def session_end(now: int, max_session_s: int, token_expires: int | None) -> int 
     return min(now + max_session_s, token_expires or now + max_session_s)
 
 
-class AuthnApp:
-    """The callout on the bus plus its HTTP endpoints."""
+class AuthnApp(Component):
+    """The callout on the bus plus its HTTP endpoints: ``async with AuthnApp(authn, bus) as app:``.
+
+    The bus is the caller's (it connects as the callout's own NATS user); the app serves on it."""
 
     def __init__(self, authn: Authn, bus: Bus) -> None:
+        super().__init__()
         self.authn = authn
         self.bus = bus
-        self._service: Service | None = None
-        self._runner: web.AppRunner | None = None
         self.port = 0
 
-    async def start(self) -> None:
-        self._service = await self.bus.serve(CALLOUT_SUBJECT, self.authn.answer, queue=QUEUE)
+    async def _open(self, exits: AsyncExitStack) -> None:
+        service = await self.bus.serve(CALLOUT_SUBJECT, self.authn.answer, queue=QUEUE)
+        exits.push_async_callback(service.stop)
         app = web.Application()
         app.router.add_get("/healthz", _ok)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", make_aiohttp_handler(self.authn.metrics.registry))
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.authn.settings.bind, self.authn.settings.port).start()
-        self.port = bound_port(self._runner, self.authn.settings.port)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        exits.push_async_callback(runner.cleanup)
+        await web.TCPSite(runner, self.authn.settings.bind, self.authn.settings.port).start()
+        self.port = bound_port(runner, self.authn.settings.port)
         log.info("auth callout serving %s; /metrics on port %d", CALLOUT_SUBJECT, self.port)
-
-    async def stop(self) -> None:
-        if self._service is not None:
-            await self._service.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _readyz(self, _: web.Request) -> web.Response:
         if self.bus.is_connected:
@@ -138,15 +137,10 @@ async def run(settings: AuthnSettings, bus_settings: BusSettings, lifetime: Life
     issuer = load_issuer(settings.issuer_seed_file)
     # the shared rule (kubeconfig, else in-cluster); with neither the pod's own service account,
     # since TokenReview is the callout's whole job
-    kube = await kube_client(settings) or await KubeClient.in_cluster()
-    try:
+    async with AsyncExitStack() as exits:
+        kube = await kube_client(settings) or await KubeClient.in_cluster()
+        exits.push_async_callback(kube.close)
         bus = await Bus.connect(bus_settings, source="authn")
-        app = AuthnApp(Authn(settings, issuer, kube), bus)
-        try:
-            await app.start()
-            await lifetime.wait()
-        finally:
-            await app.stop()
-            await bus.close()
-    finally:
-        await kube.close()
+        exits.push_async_callback(bus.close)
+        await exits.enter_async_context(AuthnApp(Authn(settings, issuer, kube), bus))
+        await lifetime.wait()

@@ -11,14 +11,13 @@ constructs long-lived resources.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import gc
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 
-import orjson
 from aiohttp import web
 from prometheus_client import Counter
 
@@ -28,12 +27,11 @@ from services.dashboard.metrics import DashboardStats, make_registry
 from services.dashboard.pages import PageOptions
 from services.dashboard.server import Deps, Pulse, build_app
 from services.dashboard.settings import DashboardSettings
-from services.dashboard.stream import Follower, replay
 from services.dashboard.timeline import Raw, Timeline, absorb
 from services.dashboard.view import ClusterView
-from shared.bus import ALLOCATIONS, INVENTORY, STREAM, Bus, BusSettings
-from shared.bus.errors import translated
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, stream
 from shared.bus.metrics import BusStatsCollector
+from shared.component import Component
 from shared.errors import BadInput, BusUnavailable, EventDecodeError
 from shared.events import Inventory
 from shared.inventory_entries import decode_inventory_entry
@@ -51,11 +49,12 @@ RETRY_S = 1.0
 """Between two looks for the stream and buckets while no other service has created them yet."""
 
 
-class Dashboard:
-    """A running dashboard: :meth:`start` it, read :attr:`port`, :meth:`close` it."""
+class Dashboard(Component):
+    """The dashboard: ``async with Dashboard(settings, bus) as d:`` serves on :attr:`port`."""
 
     def __init__(self, settings: DashboardSettings, bus: Bus, clock: Callable[[], float] = time.time,
                  gate: TokenGate | None = None) -> None:
+        super().__init__()
         self.settings = settings
         self.bus = bus
         self.clock = clock
@@ -63,7 +62,7 @@ class Dashboard:
         self.following: asyncio.Task[None] | None = None
         self.stats = DashboardStats()
         self.pulse = Pulse()
-        self.follower = Follower(bus.js, self._on_raw)
+        self.follower = stream.Follower(bus, self._on_raw)
         self._replays: OrderedDict[float, ClusterView] = OrderedDict()
         self._replaying = asyncio.Lock()
         registry = make_registry(self._read_stats, lambda: self.deps.streams)
@@ -80,24 +79,17 @@ class Dashboard:
         self.runner = web.AppRunner(build_app(self.deps), access_log=None, handle_signals=False)
         self.port = 0
 
-    @classmethod
-    async def start(cls, settings: DashboardSettings, bus: Bus, gate: TokenGate | None = None) -> Dashboard:
-        dashboard = cls(settings, bus, gate=gate)
-        try:
-            await dashboard._open()
-        except BaseException:
-            await dashboard.close()
-            raise
-        return dashboard
-
-    async def _open(self) -> None:
+    async def _open(self, exits: AsyncExitStack) -> None:
         """Serve at once (``/readyz`` says 503 until the view has caught up), then follow the stream."""
         await self.runner.setup()
+        exits.push_async_callback(self.runner.cleanup)
         site = web.TCPSite(self.runner, self.settings.bind, self.settings.port)
         await site.start()
         self.port = bound_port(self.runner, default=self.settings.port)
         log.info("dashboard serving http://%s:%d", self.settings.bind, self.port)
+        exits.push_async_callback(self.follower.stop)
         self.following = asyncio.create_task(self._follow(), name="dashboard-follow")
+        exits.push_async_callback(cancel_and_wait, self.following)
 
     async def _follow(self) -> None:
         """Seed and subscribe once the schema exists (the other services create it; we may not)."""
@@ -121,12 +113,6 @@ class Dashboard:
                         checkpoint_interval_s=self.settings.checkpoint_interval_s,
                         trend_step_s=self.settings.trend_step_s,
                         finished_retention_s=self.settings.finished_retention_s)
-
-    async def close(self) -> None:
-        if self.following is not None:
-            await cancel_and_wait(self.following)
-        await self.follower.stop()
-        await self.runner.cleanup()
 
     # -- the live view ------------------------------------------------------------------------
     async def _seed(self, now: float) -> None:
@@ -193,9 +179,12 @@ class Dashboard:
         retention = self.settings.finished_retention_s
         view = base if base is not None else ClusterView(finished_retention_s=retention)
         started = time.perf_counter()
-        count = await replay(self.bus.js, start=None if base is None else base.at, after_seq=view.seq,
-                             until=at, on_raw=lambda raw: _fold(view, raw),
-                             timeout=self.settings.replay_timeout_s)
+        try:
+            count = await stream.replay(self.bus, start=None if base is None else base.at, after_seq=view.seq,
+                                        until=at, on_message=lambda raw: _fold(view, raw),
+                                        timeout=self.settings.replay_timeout_s)
+        except BusUnavailable as e:
+            raise ReplayUnavailable(str(e)) from e
         log.info("time travel to %.1f: %d events folded onto %s in %.2fs", at, count,
                  "an empty view" if base is None else f"the checkpoint at {base.at:.1f}",
                  time.perf_counter() - started)
@@ -203,14 +192,10 @@ class Dashboard:
 
     async def bounds(self) -> tuple[float, float]:
         """Stream times of the first and last stored events (0, 0 for an empty stream)."""
-        try:  # nats-py's StreamState drops first_ts: ask the API for the JSON itself
-            with translated("stream info"):
-                reply = await self.bus.nc.request(f"$JS.API.STREAM.INFO.{STREAM}", b"",
-                                                  timeout=self.bus.settings.request_timeout_s)
+        try:
+            first = (await stream.bounds(self.bus)).first_at
         except BusUnavailable as e:
             raise ReplayUnavailable(str(e)) from e
-        state = orjson.loads(reply.data).get("state") or {}
-        first = _unix(state.get("first_ts")) if state.get("messages") else 0.0
         return first, self.timeline.view.at
 
 
@@ -226,29 +211,20 @@ def _fold(view: ClusterView, raw: Raw) -> None:
     absorb(view, raw)
 
 
-def _unix(ts: object) -> float:
-    """An RFC 3339 UTC time as JetStream writes it (nanoseconds, ``Z``) -> unix seconds; 0 if not one."""
-    if not isinstance(ts, str):
-        return 0.0
-    whole, _, frac = ts.rstrip("Z").partition(".")
-    try:
-        moment = datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC)
-        return moment.timestamp() + (float(f"0.{frac}") if frac.isdigit() else 0.0)
-    except ValueError:
-        return 0.0
-
-
 def _fields(stats: DashboardStats) -> dict[str, int]:
     return {name: getattr(stats, name) for name in DashboardStats.__dataclass_fields__}
 
 
 async def run(settings: DashboardSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """Serve until the lifetime ends (SIGTERM or SIGINT), then shut down cleanly."""
-    kube = await _reviewer(settings)
-    bus = await Bus.connect(bus_settings, source="dashboard")
-    try:
+    async with AsyncExitStack() as exits:
+        kube = await _reviewer(settings)
+        if kube is not None:
+            exits.push_async_callback(kube.close)
+        bus = await Bus.connect(bus_settings, source="dashboard")
+        exits.push_async_callback(bus.close)
         gate = None if kube is None else TokenGate(kube, AccessRule(namespace=settings.auth_namespace))
-        dashboard = await Dashboard.start(settings, bus, gate=gate)
+        dashboard = await exits.enter_async_context(Dashboard(settings, bus, gate=gate))
         # until the lifetime ends, or until following the stream fails for a reason other than NATS away
         try:
             assert dashboard.following is not None
@@ -256,11 +232,6 @@ async def run(settings: DashboardSettings, bus_settings: BusSettings, lifetime: 
             await lifetime.wait()
         finally:
             log.info("dashboard shutting down")
-            await dashboard.close()
-    finally:
-        await bus.close()
-        if kube is not None:
-            await kube.close()
 
 
 async def _reviewer(settings: DashboardSettings) -> KubeClient | None:

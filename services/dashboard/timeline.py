@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from services.dashboard.feed import Feed, entry_for, undecodable_entry
 from services.dashboard.trends import Trends
@@ -22,19 +21,13 @@ from shared.codec import decode
 from shared.errors import EventDecodeError, clip
 from shared.events import Inventory
 from shared.model import Allocation
+from shared.stream_messages import StoredMessage
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Raw:
-    """One stream message as the edge read it."""
-
-    seq: int
-    at: float
-    """Stream time (unix seconds) the server stored it."""
-    subject: str
-    data: bytes
+Raw = StoredMessage
+"""One stream message as the bus read it (the timeline folds them)."""
 
 
 def absorb(view: ClusterView, raw: Raw, feed: Feed | None = None) -> bool:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +32,7 @@ from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
 from services.monitor.sources.sim import SimSource
 from shared.bus import ALLOCATIONS, ANY, INVENTORY, Bus, BusSettings, BusStats
 from shared.bus.metrics import BusStatsCollector
+from shared.component import Component
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
 from shared.inventory_entries import decode_inventory_entry
@@ -86,8 +88,9 @@ def build_sources(
     return sources
 
 
-class MonitorApp:
-    """The monitors of one process, their bus wiring, loops and ``/metrics`` server."""
+class MonitorApp(Component):
+    """The monitors of one process, their bus wiring, loops and ``/metrics`` server
+    (``async with MonitorApp.build(settings, bus) as app:``)."""
 
     def __init__(
         self,
@@ -96,6 +99,7 @@ class MonitorApp:
         bus: BusPort | None,
         on_fatal: FatalCallback | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.monitors = {m.node: m for m in monitors}
         self._holders: dict[str, str] = {}
@@ -111,9 +115,7 @@ class MonitorApp:
         self.registry = make_registry(self.collector)
         self.registry.register(BusStatsCollector(lambda: None if bus is None else bus.stats))
         self.metrics_port = 0
-        self._runner: web.AppRunner | None = None
         self._tasks = TaskSet("monitor", on_fatal)
-        self._subscriptions: list[Any] = []
 
     @classmethod
     def build(
@@ -140,12 +142,16 @@ class MonitorApp:
         return cls(settings, monitors, bus, on_fatal)
 
     # -- lifecycle ------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Sync ledgers, subscribe, serve /metrics and start the loops."""
+    async def _open(self, exits: AsyncExitStack) -> None:
+        """Sync ledgers, subscribe, serve /metrics and start the loops (closed in reverse)."""
+        exits.callback(self._close_monitors)
         if self.bus is not None:
-            await self._subscribe()
+            subscription = await self._subscribe()
+            exits.push_async_callback(_stop_quietly, subscription)
             await self.resync()
-        await self._serve_metrics()
+        runner = await self._serve_metrics()
+        exits.push_async_callback(runner.cleanup)
+        exits.push_async_callback(self._tasks.close)
         s, every = self.settings, self._every
         self._tasks.spawn("collect", every(s.interval_s, self.collect_once), root=True)
         if s.cleanup_interval_s > 0:
@@ -153,15 +159,7 @@ class MonitorApp:
         if self.bus is not None and s.resync_interval_s > 0:
             self._tasks.spawn("resync", every(s.resync_interval_s, self.resync, delay=True), root=True)
 
-    async def stop(self) -> None:
-        await self._tasks.close()
-        for sub in self._subscriptions:
-            with contextlib.suppress(Exception):
-                await sub.stop()
-        self._subscriptions.clear()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    def _close_monitors(self) -> None:
         for m in self.monitors.values():
             m.close()
 
@@ -239,27 +237,29 @@ class MonitorApp:
             ]
         return ["gpubus.allocation.>", "gpubus.inventory.>"]
 
-    async def _subscribe(self) -> None:
+    async def _subscribe(self) -> Any:
         assert self.bus is not None
         since = (
             time.time() - 2.0
         )  # replay what happens while the snapshot is read; applying twice is harmless
         # One ordered push consumer for every subject (no fetch polling, no acks): on_event only
         # updates the in-memory ledger, so a failure is a bug to log, not something to retry.
-        self._subscriptions.append(
-            await self.bus.route(tuple(self.subjects()), ANY, self.on_event, deliver=since)
-        )
+        return await self.bus.route(tuple(self.subjects()), ANY, self.on_event, deliver=since)
 
-    async def _serve_metrics(self) -> None:
+    async def _serve_metrics(self) -> web.AppRunner:
         web_app = web.Application()
         web_app.router.add_get("/metrics", make_aiohttp_handler(self.registry))
         web_app.router.add_get("/healthz", _healthz)
-        self._runner = web.AppRunner(web_app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.metrics_bind, self.settings.metrics_port)
-        await site.start()
-        self.metrics_port = bound_port(self._runner, default=self.settings.metrics_port)
+        runner = web.AppRunner(web_app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.settings.metrics_bind, self.settings.metrics_port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self.metrics_port = bound_port(runner, default=self.settings.metrics_port)
         log.info("serving /metrics on %s:%d", self.settings.metrics_bind, self.metrics_port)
+        return runner
 
     async def _every(
         self, interval_s: float, work: Callable[[], Awaitable[None]], delay: bool = False
@@ -275,19 +275,20 @@ class MonitorApp:
 async def run(settings: MonitorSettings, bus_settings: BusSettings | None, lifetime: Lifetime) -> None:
     """The ``gpubus monitor`` process: connect (unless running without NATS), serve until the
     lifetime ends (a signal, a dead loop)."""
-    bus = await Bus.connect(bus_settings, source="monitor") if bus_settings is not None else None
-    try:
-        if bus is not None:
+    async with AsyncExitStack() as exits:
+        bus = None
+        if bus_settings is not None:
+            bus = await Bus.connect(bus_settings, source="monitor")
+            exits.push_async_callback(bus.close)
             await bus.ensure_schema()
-        app = MonitorApp.build(settings, bus, on_fatal=lifetime.fail)
-        await app.start()
-        try:
-            await lifetime.wait()
-        finally:
-            await app.stop()
-    finally:
-        if bus is not None:
-            await bus.close()
+        await exits.enter_async_context(MonitorApp.build(settings, bus, on_fatal=lifetime.fail))
+        await lifetime.wait()
+
+
+async def _stop_quietly(subscription: Any) -> None:
+    """Stop a subscription at shutdown; NATS gone by then is no error worth raising."""
+    with contextlib.suppress(Exception):
+        await subscription.stop()
 
 
 async def _healthz(request: web.Request) -> web.Response:

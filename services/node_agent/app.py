@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 from aiohttp import web
@@ -35,8 +36,9 @@ from services.node_agent.publisher import InventoryPublisher
 from services.node_agent.settings import MODE_LABEL, NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
 from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, Verifier
-from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings, Route, Service
+from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings
 from shared.bus.metrics import BusStatsCollector
+from shared.component import Component
 from shared.config import SettingsError
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, node_token
@@ -87,8 +89,8 @@ class _NoDevices:
         return None
 
 
-class NodeAgent:
-    """Everything one node needs; :meth:`start` brings it up, :meth:`stop` takes it down."""
+class NodeAgent(Component):
+    """Everything one node needs: ``async with NodeAgent(settings, source=..., bus=...) as agent:``."""
 
     def __init__(
         self,
@@ -100,6 +102,7 @@ class NodeAgent:
         metrics: NodeAgentMetrics | None = None,
         on_fatal: FatalCallback | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.node = settings.node_name
         self.source: DeviceSource = source if source is not None else _NoDevices()
@@ -136,8 +139,6 @@ class NodeAgent:
                 self.node, self.pod_resources, self.metrics, bus.emit, delay_s=settings.verify_delay_s
             )
         )
-        self._subscription: Route | None = None
-        self._health_service: Service | None = None
         self.dra: DraPlugin | None = None
         self.slices: SlicePublisher | None = None
         if settings.mode == "dra":
@@ -151,16 +152,27 @@ class NodeAgent:
             self.slices = SlicePublisher(settings, self.advertised, kube)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def _open(self, exits: AsyncExitStack) -> None:
+        """Subscribe, rebuild from KV, serve the kubelet (device plugin or DRA), start the loops.
+
+        Closed in reverse: the subscription and health service first (no new decision arrives while
+        the rest stops), then the owned tasks, the kubelet side, the source."""
+        exits.push_async_callback(self._close_source)
+        exits.push_async_callback(self.plugin.stop)  # stopping a plugin that never started is a no-op
+        if self.dra is not None:
+            exits.push_async_callback(self.dra.stop)
+        exits.push_async_callback(self.tasks.close)
         # Routed from the process's one shared consumer (many agents in the simulator): decisions
         # published from now on arrive in order, across reconnects; older ones come from the KV.
-        self._subscription = await self.bus.route(DECISION_SUBJECTS, node_token(self.node), self._on_event)
+        subscription = await self.bus.route(DECISION_SUBJECTS, node_token(self.node), self._on_event)
+        exits.push_async_callback(subscription.stop)
         await self._rebuild_from_kv()
         with contextlib.suppress(BusUnavailable):
             await self.bus.kv(LOCKS)  # opened now, so a release in an outage needs no extra request
         await self._reconcile_with_kubelet()
         if self.health.injectable:
-            self._health_service = await self.bus.serve(health_subject(self.node), self.health.on_request)
+            service = await self.bus.serve(health_subject(self.node), self.health.on_request)
+            exits.push_async_callback(service.stop)
         self._count_malformed_xids()
         if self.dra is not None and self.slices is not None:
             # DRA mode: kube-scheduler places claims on the ResourceSlice; no device plugin. The
@@ -187,15 +199,7 @@ class NodeAgent:
             len(self.advertised.snapshot.replicas),
         )
 
-    async def stop(self) -> None:
-        if self._subscription is not None:
-            await self._subscription.stop()
-        if self._health_service is not None:
-            await self._health_service.stop()
-        await self.tasks.close()
-        await self.plugin.stop()
-        if self.dra is not None:
-            await self.dra.stop()
+    async def _close_source(self) -> None:
         await self.source.close()
         if self.pod_resources is not None:
             await self.pod_resources.close()
@@ -282,21 +286,25 @@ async def resolve_mode(settings: NodeAgentSettings, kube: KubeClient | None) -> 
 async def run(settings: NodeAgentSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """The ``gpubus node-agent`` process: one agent (+ metrics endpoint) until the lifetime ends
     (SIGTERM/SIGINT, or a root task that died)."""
-    source = open_source(settings)
-    bus = await Bus.connect(bus_settings, source=f"node-agent/{settings.node_name}")
-    kube = await kube_client(settings)
-    settings = await resolve_mode(settings, kube)
-    agent = NodeAgent(settings, source=source, bus=bus, kube=kube, on_fatal=lifetime.fail)
-    agent.metrics.registry.register(BusStatsCollector(lambda: bus.stats))
-    metrics = await metrics_server(settings, agent.metrics)
-    try:
-        await bus.ensure_schema()
-        await agent.start()
+    async with AsyncExitStack() as exits:
+        source = open_source(settings)
+        async with AsyncExitStack() as until_owned:  # closes the source until the agent owns it
+            if source is not None:
+                until_owned.push_async_callback(source.close)
+            bus = await Bus.connect(bus_settings, source=f"node-agent/{settings.node_name}")
+            exits.push_async_callback(bus.close)
+            kube = await kube_client(settings)
+            if kube is not None:
+                exits.push_async_callback(kube.close)
+            settings = await resolve_mode(settings, kube)
+            metrics = NodeAgentMetrics()
+            metrics.registry.register(BusStatsCollector(lambda: bus.stats))
+            server = await metrics_server(settings, metrics)
+            if server is not None:
+                exits.push_async_callback(server.cleanup)
+            await bus.ensure_schema()
+            agent = NodeAgent(settings, source=source, bus=bus, kube=kube, metrics=metrics,
+                              on_fatal=lifetime.fail)
+            until_owned.pop_all()
+        await exits.enter_async_context(agent)
         await lifetime.wait()
-    finally:
-        await agent.stop()
-        if metrics is not None:
-            await metrics.cleanup()
-        if kube is not None:
-            await kube.close()
-        await bus.close()

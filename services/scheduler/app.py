@@ -2,8 +2,8 @@
 
 Nothing else constructs long-lived resources. Every background task is named, owned here (a
 :class:`~shared.lifetime.TaskSet` for every replica's, one for the leader's) and cancelled and
-awaited on :meth:`SchedulerApp.stop`; if one ends unexpectedly the app reports it to ``on_fatal``
-(:func:`run`: the process stops loudly instead of limping).
+awaited when the app's ``async with`` ends; if one ends unexpectedly the app reports it to
+``on_fatal`` (:func:`run`: the process stops loudly instead of limping).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from aiohttp import web
@@ -42,8 +43,9 @@ from services.scheduler.reconcile import Reconciler
 from services.scheduler.requeue import Requeuer
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
-from shared.bus import Bus, BusSettings, BusStats, Subscription
+from shared.bus import Bus, BusSettings, Subscription
 from shared.bus.metrics import BusStatsCollector
+from shared.component import Component
 from shared.errors import BusUnavailable
 from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
@@ -57,8 +59,9 @@ log = logging.getLogger(__name__)
 _SWEEP_S = 5.0
 
 
-class SchedulerApp:
-    """One scheduler replica. ``await start()``, then ``port`` is bound; ``await stop()`` ends it."""
+class SchedulerApp(Component):
+    """One scheduler replica: ``async with SchedulerApp(settings, bus_settings) as app:`` serves on
+    :attr:`port`. Its parts that need NATS or Kubernetes are built in :meth:`_open`."""
 
     def __init__(
         self,
@@ -69,6 +72,7 @@ class SchedulerApp:
         clock: Callable[[], float] = time.time,
         on_fatal: FatalCallback | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.bus_settings = bus_settings
         self.kube = kube
@@ -77,7 +81,6 @@ class SchedulerApp:
         self.replica = settings.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.ledger = Ledger()
         self.metrics = SchedulerMetrics(self.ledger, legacy=settings.legacy_metrics)
-        self.metrics.registry.register(BusStatsCollector(self._bus_stats))
         self.names = settings.names()
         self.quotas: QuotaCache[NamespaceQuota] | None = None
         self.placement = Placement(
@@ -95,8 +98,6 @@ class SchedulerApp:
         self._leader_tasks = TaskSet("scheduler-leader", on_fatal)
         self._verdicts: list[Subscription] = []
         self._refusals: Subscription | None = None
-        self._runner: web.AppRunner | None = None
-        self._ssl: ssl.SSLContext | None = None
         self.bus: Bus
         self.state: State
         self.leases: AllocLeases
@@ -108,36 +109,43 @@ class SchedulerApp:
         self.extender: Extender
         self.preemptor: Preemptor
 
-    def _bus_stats(self) -> BusStats | None:
-        """The bus's counters for /metrics; None until :meth:`start` connects it."""
-        return self.bus.stats if hasattr(self, "bus") else None
-
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def _open(self, exits: AsyncExitStack) -> None:
         """Connect, wire the parts, load state from KV, start the owned tasks, then listen.
 
         The HTTP server starts last, after the ledger and inventory are loaded: no request is ever
-        answered from a half-loaded picture (``/readyz`` is also false until then).
+        answered from a half-loaded picture (``/readyz`` is also false until then). Closed in
+        reverse: the server, the owned tasks, the leader's part, the leases, the state, NATS.
         """
-        self._ssl = _tls_context(self.settings)  # unusable files stop the start before anything runs
+        tls = _tls_context(self.settings)  # unusable files stop the start before anything runs
         self.bus = await Bus.connect(self.bus_settings, source=f"scheduler/{self.replica}")
+        exits.push_async_callback(self.bus.close)
+        self.metrics.registry.register(BusStatsCollector(lambda: self.bus.stats))
         await self.bus.ensure_schema()
         if self.kube is None:
             self.kube = await _kube_from(self.settings)
+            if self.kube is not None:
+                exits.push_async_callback(self.kube.close)
         patches = self.metrics.requeue_patches
         self.requeuer = Requeuer(self.kube, on_patch=lambda outcome: patches.labels(outcome).inc())
         self._wire_quotas()
+        if self.quotas is not None:
+            exits.push_async_callback(self.quotas.close)
         self._wire_leadership()
         self._wire_binding()
+        exits.push_async_callback(self.state.close)
         self._wire_reconciler()
         self._wire_preemption()
         self.extender = self._extender()
         self._live_gauges()
+        exits.push_async_callback(self.leases.close)
         await self.leases.start()
         await self.state.load()
+        exits.push_async_callback(self._deposed)
+        exits.push_async_callback(self._tasks.close)
         self._launch()
-        await self._serve()
+        exits.push_async_callback(await self._serve(tls))
 
     def _wire_quotas(self) -> None:
         if self.kube is None:
@@ -249,31 +257,6 @@ class SchedulerApp:
         self._tasks.spawn("election", self.election.run(), root=True)
         self._tasks.spawn("requeue", self.requeuer.run(), root=True)
 
-    async def serve(self, lifetime: Lifetime) -> None:
-        """Start, serve until the lifetime ends, stop (give the app ``on_fatal=lifetime.fail``)."""
-        await self.start()
-        try:
-            # The loaded ledger, inventory and modules live as long as the process: keep the cyclic
-            # GC from walking them again on every full collection.
-            gc.freeze()
-            await lifetime.wait()
-        finally:
-            await self.stop()
-
-    async def stop(self) -> None:
-        await self._tasks.close()
-        await self._deposed()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        await self.leases.close()
-        if self.quotas is not None:
-            await self.quotas.close()
-        await self.state.close()
-        await self.bus.close()
-        if self._own_kube and self.kube is not None:
-            await self.kube.close()
-
     # --- wiring ----------------------------------------------------------------------------
 
     def _extender(self) -> Extender:
@@ -293,19 +276,24 @@ class SchedulerApp:
             requeuer=self.requeuer,
         )
 
-    async def _serve(self) -> None:
-        self._runner = web.AppRunner(
-            self.extender.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.bind, self.settings.port, reuse_address=True,
-                           ssl_context=self._ssl)
-        await site.start()
+    async def _serve(self, tls: ssl.SSLContext | None) -> Callable[[], Awaitable[None]]:
+        """Listen; returns what stops listening."""
+        runner = web.AppRunner(self.extender.app(), access_log=None, handle_signals=False,
+                               shutdown_timeout=2.0)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.bind, self.settings.port, reuse_address=True,
+                           ssl_context=tls)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
         if self.settings.port == 0:
             self.port = _bound_port(site)
         log.info(
             "scheduler extender listening on %s:%d (replica %s)", self.settings.bind, self.port, self.replica
         )
+        return runner.cleanup
 
     def _live_gauges(self) -> None:
         def stale() -> float:
@@ -377,8 +365,7 @@ class SchedulerApp:
         if self._refusals is not None:
             await self._refusals.stop()
             self._refusals = None
-        if hasattr(self, "preemptor"):
-            await self.preemptor.close()
+        await self.preemptor.close()
 
     async def _sweep(self) -> None:
         while True:
@@ -416,7 +403,11 @@ def _bound_port(site: web.TCPSite) -> int:
 
 async def run(settings: SchedulerSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """The ``gpubus scheduler`` process: one replica until the lifetime ends (a signal, a dead task)."""
-    await SchedulerApp(settings, bus_settings, on_fatal=lifetime.fail).serve(lifetime)
+    async with SchedulerApp(settings, bus_settings, on_fatal=lifetime.fail):
+        # The loaded ledger, inventory and modules live as long as the process: keep the cyclic GC
+        # from walking them again on every full collection.
+        gc.freeze()
+        await lifetime.wait()
 
 
 async def _kube_from(settings: SchedulerSettings) -> KubeApi | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from dataclasses import dataclass, field
+from contextlib import AsyncExitStack
 
 from aiohttp import web
 
@@ -20,6 +20,7 @@ from services.webhook.settings import WebhookSettings
 from services.webhook.tls import CertReloader
 from shared.bus import BusSettings
 from shared.bus.metrics import BusStatsCollector
+from shared.component import Component
 from shared.kube import KubeClient
 from shared.kube_config import kube_client
 from shared.lifetime import Lifetime
@@ -29,64 +30,51 @@ from shared.service import bound_port
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True, kw_only=True)
-class Webhook:
-    """A running webhook; :meth:`start` it, read :attr:`port`, :meth:`close` it."""
+class Webhook(Component):
+    """The webhook: ``async with Webhook(settings, bus_settings) as w:`` serves on :attr:`port`."""
 
-    settings: WebhookSettings
-    bus: BusLink
-    metrics: WebhookMetrics
-    runner: web.AppRunner
-    kube: KubeClient | None = None
-    quotas: QuotaCache[QuotaView] | None = None
-    tls: CertReloader | None = None
-    port: int = 0
-    _closed: bool = field(default=False)
+    def __init__(self, settings: WebhookSettings, bus_settings: BusSettings) -> None:
+        super().__init__()
+        self.admission = settings.admission()  # an invalid policy fails here, before anything is opened
+        self.settings = settings
+        self.bus = BusLink(bus_settings, source=settings.source)
+        self.metrics = WebhookMetrics(dropped_events=lambda: self.bus.dropped)
+        self.metrics.registry.register(BusStatsCollector(lambda: self.bus.stats))
+        self.tls = _tls(settings, self.metrics)
+        self.kube: KubeClient | None = None
+        self.quotas: QuotaCache[QuotaView] | None = None
+        self.port = 0
 
-    @classmethod
-    async def start(cls, settings: WebhookSettings, bus_settings: BusSettings) -> Webhook:
-        admission = settings.admission()  # an invalid policy fails here, before anything is opened
-        bus = BusLink(bus_settings, source=settings.source)
-        metrics = WebhookMetrics(dropped_events=lambda: bus.dropped)
-        metrics.registry.register(BusStatsCollector(lambda: bus.stats))
-        tls = _tls(settings, metrics)
-        kube = await kube_client(settings)
-        quotas = _quotas(kube, settings, metrics)
+    async def _open(self, exits: AsyncExitStack) -> None:
+        """Kubernetes, the quota cache, then the server; the bus link connects in the background.
+
+        Closed in reverse: the server first (in-flight admissions still emit), then the bus link."""
+        self.kube = await kube_client(self.settings)
+        if self.kube is not None:
+            exits.push_async_callback(self.kube.close)
+        self.quotas = _quotas(self.kube, self.settings, self.metrics)
+        if self.quotas is not None:
+            exits.push_async_callback(self.quotas.close)
+        exits.push_async_callback(self.bus.close)
         deps = Deps(
-            settings=admission,
-            quotas=quotas,
-            events=bus,
-            metrics=metrics,
-            max_body_bytes=settings.max_body_bytes,
-            source=settings.source,
-            bus_state=lambda: bus.state,
+            settings=self.admission,
+            quotas=self.quotas,
+            events=self.bus,
+            metrics=self.metrics,
+            max_body_bytes=self.settings.max_body_bytes,
+            source=self.settings.source,
+            bus_state=lambda: self.bus.state,
         )
         runner = build_runner(deps)
         await runner.setup()
-        webhook = cls(
-            settings=settings, bus=bus, metrics=metrics, runner=runner, kube=kube, quotas=quotas, tls=tls
-        )
-        try:
-            site = web.TCPSite(runner, settings.bind, settings.port, ssl_context=tls.context if tls else None)
-            await site.start()
-        except BaseException:
-            await webhook.close()
-            raise
-        webhook.port = bound_port(runner)
-        bus.start()
-        log.info("webhook serving %s on %s:%d", "HTTPS" if tls else "plain HTTP", settings.bind, webhook.port)
-        return webhook
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self.runner.cleanup()
-        await self.bus.close()
-        if self.quotas is not None:
-            await self.quotas.close()
-        if self.kube is not None:
-            await self.kube.close()
+        exits.push_async_callback(runner.cleanup)
+        tls = self.tls
+        await web.TCPSite(runner, self.settings.bind, self.settings.port,
+                          ssl_context=tls.context if tls else None).start()
+        self.port = bound_port(runner)
+        self.bus.start()
+        log.info("webhook serving %s on %s:%d", "HTTPS" if tls else "plain HTTP", self.settings.bind,
+                 self.port)
 
 
 def _tls(settings: WebhookSettings, metrics: WebhookMetrics) -> CertReloader | None:
@@ -120,12 +108,11 @@ def _quotas(
 
 async def run(settings: WebhookSettings, bus_settings: BusSettings, lifetime: Lifetime) -> None:
     """Serve until the lifetime ends (SIGTERM or SIGINT), then shut down cleanly."""
-    webhook = await Webhook.start(settings, bus_settings)
-    # Everything built so far lives as long as the process: keep the cyclic GC from rescanning it on
-    # every collection, which otherwise shows up as admission tail latency.
-    gc.freeze()
-    try:
-        await lifetime.wait()
-    finally:
-        log.info("webhook shutting down")
-        await webhook.close()
+    async with Webhook(settings, bus_settings):
+        # Everything built so far lives as long as the process: keep the cyclic GC from rescanning it
+        # on every collection, which otherwise shows up as admission tail latency.
+        gc.freeze()
+        try:
+            await lifetime.wait()
+        finally:
+            log.info("webhook shutting down")

@@ -15,7 +15,7 @@ import logging
 import secrets
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Self
 
 import nats
 import nats.errors
@@ -47,7 +47,7 @@ from shared.bus.stats import BusStats
 from shared.codec import MAX_EVENT_BYTES, encode
 from shared.errors import BusRefused, BusUnavailable, clip
 from shared.events import Event, subject_for
-from shared.tasks import cancel_and_wait
+from shared.tasks import cancel_and_wait_through
 
 log = logging.getLogger(__name__)
 
@@ -332,6 +332,13 @@ class Bus:
         return service
 
     # -- shutdown -------------------------------------------------------------------------
+    async def __aenter__(self) -> Self:
+        """``async with await Bus.connect(...) as bus:`` closes it at the end, as nats.py's client."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
         """Stop consumers and renewals, flush the outbox (bounded), release leases, drain."""
         if self._closed:
@@ -425,8 +432,9 @@ class _FirstConnect:
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
             # cancel_and_wait re-cancels: on Python 3.11 a cancel can be lost as nats-py's
-            # open_connection fails on a refused port, and its connect loop then retries forever
-            await cancel_and_wait(connecting, refused, log_errors=False)
+            # open_connection fails on a refused port, and its connect loop then retries forever;
+            # and it finishes even when our owner cancels us again meanwhile
+            await cancel_and_wait_through(connecting, refused)
             self.done = True
         failure = connecting.exception() if not connecting.cancelled() else None
         if connecting.cancelled() or failure is not None:

@@ -26,6 +26,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
+from shared.bus import natspy
 from shared.bus.errors import translated
 from shared.bus.stats import BusStats
 from shared.codec import decode
@@ -157,7 +158,7 @@ class Subscription:
         pulls = self._pulls
         backoff = 0.1
         while not self._stopping:
-            if self._js._nc.is_closed:
+            if natspy.connection_closed(self._js):
                 log.info("consumer %s stops: the NATS connection is closed", self.consumer)
                 return
             try:
@@ -168,7 +169,7 @@ class Subscription:
                 if isinstance(e, nats.errors.TimeoutError):
                     pulls.silent(_now())  # no message, no heartbeat: the requests may be gone
                     continue
-                if self._js._nc.is_closed:
+                if natspy.connection_closed(self._js):
                     log.info("consumer %s stops: the NATS connection is closed", self.consumer)
                     return
                 # Disconnected or the server is restarting: wait and ask again.
@@ -196,14 +197,14 @@ class Subscription:
     async def _pull(self, pulls: _Pulls) -> None:
         request = {"batch": self._opts.batch, "expires": int(pulls.expires_s * 1e9),
                    "idle_heartbeat": int(pulls.heartbeat_s * 1e9)}
-        await self._js._nc.publish(self._psub._nms, json.dumps(request).encode(), self._psub._deliver)
+        await natspy.request_pull(self._js, self._psub, json.dumps(request).encode())
         pulls.requested(_now())
 
     async def _next(self, pulls: _Pulls) -> Msg:
         """The next message or status on our inbox; TimeoutError after two missed heartbeats."""
         self._cancellable = True
         try:
-            msg: Msg = await self._psub._sub.next_msg(timeout=pulls.wait_s(_now()))
+            msg = await natspy.next_message(self._psub, pulls.wait_s(_now()))
         finally:
             self._cancellable = False
         return msg

@@ -26,10 +26,9 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
-from shared.bus import ordered
+from shared.bus import natspy
 from shared.bus.consumer import DecodeErrorHandler, Deliver, Handler, report_undecodable, start_policy
 from shared.bus.errors import translated
-from shared.bus.kv import unsubscribe_push
 from shared.bus.stats import BusStats
 from shared.codec import decode
 from shared.errors import EventDecodeError
@@ -116,7 +115,7 @@ class Fanout:
         # A "new" consumer re-created before its first event must not replay history. ("all" and
         # a since-time may replay from the start then; their handlers apply events idempotently.)
         self._last_seq = max(self._last_seq, floor)
-        ordered.prepare(sub, self._last_seq)
+        natspy.prepare(sub, self._last_seq)
         return sub
 
     def resume(self) -> None:
@@ -128,7 +127,7 @@ class Fanout:
         if self._sub is None or (self._resuming is not None and not self._resuming.done()):
             return
         self._resuming = asyncio.create_task(
-            ordered.resume(self._sub, self._last_seq, f"fanout {self.subjects}"),
+            natspy.resume(self._sub, self._last_seq, f"fanout {self.subjects}"),
             name=f"bus-fanout-resume-{self.subjects[0]}")
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -165,6 +164,6 @@ class Fanout:
         sub, self._sub = self._sub, None
         if sub is not None:
             try:
-                await unsubscribe_push(sub)
+                await natspy.unsubscribe_push(sub)
             except (TimeoutError, nats.errors.Error, OSError) as e:
                 log.debug("fanout %s: unsubscribe failed: %s", self.subjects, e)

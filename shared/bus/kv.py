@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
 
-from shared.bus import ordered
+from shared.bus import natspy
 from shared.bus.acked import publish_acked
 from shared.bus.errors import translated
 from shared.bus.failover import through_failover
@@ -83,7 +83,7 @@ class Watch:
         """After a reconnect: re-create the consumer from the last change seen, now."""
         if self._resuming is None or self._resuming.done():
             self._resuming = asyncio.create_task(
-                ordered.resume(self._sub, 0, f"kv watch {self._owner.bucket}"),
+                natspy.resume(self._sub, 0, f"kv watch {self._owner.bucket}"),
                 name=f"kv-watch-resume-{self._owner.bucket}")
 
     async def stop(self) -> None:
@@ -91,24 +91,7 @@ class Watch:
         if self._resuming is not None:
             self._resuming.cancel()
             await asyncio.gather(self._resuming, return_exceptions=True)
-        await unsubscribe_push(self._sub)
-
-
-async def unsubscribe_push(sub: JetStreamContext.PushSubscription) -> None:
-    """Unsubscribe, and end nats-py's heartbeat/flow-control tasks even when the connection is gone.
-
-    nats-py cancels those tasks only after a successful UNSUB; on a closed connection they would
-    linger for up to two heartbeat intervals.
-    """
-    try:
-        await sub.unsubscribe()
-    except nats.errors.Error as e:
-        log.debug("kv unsubscribe failed: %s", e)
-    finally:
-        jsi = getattr(sub._sub, "_jsi", None)
-        for task in (getattr(jsi, "_hbtask", None), getattr(jsi, "_fctask", None)):
-            if task is not None:
-                task.cancel()
+        await natspy.unsubscribe_push(self._sub)
 
 
 def ttl_header_seconds(ttl: float) -> int:
@@ -228,7 +211,7 @@ class KV:
 
         try:
             with translated(what):
-                if not nats.js.kv._is_key_valid(key):
+                if not natspy.is_valid_key(key):
                     raise nats.js.errors.InvalidKeyError(key)
                 return await through_failover(send, within_s=self._failover_s, what=what)
         except CasConflict:
@@ -377,8 +360,8 @@ class KV:
             # request reached it answers nothing at all, which would otherwise cost the whole timeout.
             request = {"batch": expected, "expires": int(timeout * 1e9),
                        "idle_heartbeat": int(_SNAPSHOT_HEARTBEAT_S * 1e9)}
-            await self._nc.publish(f"{_api_prefix(self._js)}.CONSUMER.MSG.NEXT.{self._stream}.{consumer}",
-                                   json.dumps(request).encode(), reply=inbox)
+            next_subject = f"{natspy.api_prefix(self._js)}.CONSUMER.MSG.NEXT.{self._stream}.{consumer}"
+            await self._nc.publish(next_subject, json.dumps(request).encode(), reply=inbox)
             deadline = loop.time() + timeout
             while not done.done():
                 with contextlib.suppress(TimeoutError):
@@ -431,7 +414,7 @@ class KV:
                 config=api.ConsumerConfig(opt_start_seq=start_revision) if start_revision else None,
                 inactive_threshold=300.0,
             )
-        ordered.prepare(sub, floor)
+        natspy.prepare(sub, floor)
         watch = Watch(sub, self)
         self._watches.add(watch)
         return watch
@@ -448,6 +431,3 @@ def _lagging(host: str, stream: api.StreamInfo) -> bool:
     return True  # not a replica the leader knows of: do not trust its copy
 
 
-def _api_prefix(js: JetStreamContext) -> str:
-    """The JetStream API subject prefix of ``js`` (``$JS.API`` unless a domain changes it)."""
-    return str(getattr(js, "_prefix", "$JS.API"))

@@ -174,15 +174,15 @@ async def node_identity(server: ConfiguredServer, tmp_path: Path) -> AsyncIterat
         kube = await SimKubeClient.from_kubeconfig(api.write_kubeconfig(tmp_path / "kubeconfig"))
         callout_bus = await Bus.connect(_settings(server, "authn"), source="authn")
         settings = AuthnSettings(issuer_seed_file=str(seed), port=0, bind="127.0.0.1")
-        app = AuthnApp(Authn(settings, ISSUER, kube), callout_bus)
-        await app.start()
         identity = NodeIdentity(server, kube)
         try:
-            yield identity
+            async with AuthnApp(Authn(settings, ISSUER, kube), callout_bus):
+                try:
+                    yield identity
+                finally:
+                    for bus in identity.buses:
+                        await bus.close()
         finally:
-            for bus in identity.buses:
-                await bus.close()
-            await app.stop()
             await callout_bus.close()
             await kube.close()
 
@@ -338,13 +338,11 @@ async def test_dashboard_serves_its_view_and_can_write_nothing(connect: Any, nod
     await (await writer.kv(INVENTORY)).put("node-dash", encode_inventory(snapshot))
     await writer.publish(snapshot)
     reader = await connect("dashboard")
-    dashboard = await Dashboard.start(DashboardSettings(bind="127.0.0.1", port=0), reader)
-    try:  # the seed (KV), the live follower (stream) and stream info all pass the user's permissions
+    # the seed (KV), the live follower (stream) and stream info all pass the user's permissions
+    async with Dashboard(DashboardSettings(bind="127.0.0.1", port=0), reader) as dashboard:
         await wait_until(dashboard.ready, 10, what="the dashboard caught up")
         assert "node-dash" in dashboard.timeline.view.nodes
         assert (await dashboard.bounds())[0] > 0
-    finally:
-        await dashboard.close()
     for subject in ("gpubus.pod.admitted._", "gpubus.allocation.decided.n", "$KV.inventory.node-dash",
                     "$KV.allocations.x", "gpubus.query.scheduler.bind", "$JS.API.STREAM.DELETE.GPUBUS",
                     "$JS.API.CONSUMER.DURABLE.CREATE.GPUBUS.x", "$JS.ACK.GPUBUS.x"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,8 @@ class CalloutRig:
     callout_password: str
     authn: AuthnApp | None = None
     buses: list[Bus] = field(default_factory=list)
+    authn_exits: AsyncExitStack = field(default_factory=AsyncExitStack)
+    """Closes the running callout (:meth:`stop_authn`); it may be started again after."""
 
     @property
     def url(self) -> str:
@@ -61,13 +64,13 @@ class CalloutRig:
         bus = await Bus.connect(bus_settings(self.url, user="authn", password=self.callout_password),
                                 source="authn")
         self.buses.append(bus)
-        self.authn = AuthnApp(Authn(self.settings, self.issuer, self.kube), bus)
-        await self.authn.start()
+        self.authn = await self.authn_exits.enter_async_context(
+            AuthnApp(Authn(self.settings, self.issuer, self.kube), bus))
         return self.authn
 
     async def stop_authn(self) -> None:
         assert self.authn is not None
-        await self.authn.stop()
+        await self.authn_exits.aclose()
         await self.authn.bus.close()
 
     async def role_bus(self) -> Bus:
@@ -130,11 +133,10 @@ async def callout(tmp_path: Path) -> AsyncIterator[CalloutRig]:
         await role.ensure_schema()
         yield rig
     finally:
+        with contextlib.suppress(Exception):
+            await rig.authn_exits.aclose()
         for bus in reversed(rig.buses):
             await bus.close()
-        if rig.authn is not None:
-            with contextlib.suppress(Exception):
-                await rig.authn.stop()
         await kube.close()
         await api.stop()
         nats.stop()

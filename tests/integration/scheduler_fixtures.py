@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from asyncwait import wait_until
 from bus_settings import bus_settings
-from scheduler_harness import ExtenderClient, start_scheduler
+from scheduler_harness import ExtenderClient, scheduler_app
 
 from gpubus_local.sim.apiserver import SimApiServer
 from gpubus_local.sim.handlers import WatchSettings
@@ -35,13 +35,10 @@ async def kube(api: SimApiServer, tmp_path: Path) -> AsyncIterator[SimKubeClient
 async def scheduler(
     bus: Bus, nats_url: str, api: SimApiServer, tmp_path: Path
 ) -> AsyncIterator[SchedulerApp]:
-    app = await start_scheduler(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig"))
-    await wait_until(lambda: app.election.is_leader, what="leadership")
-    await wait_until(app.reconciler.pods_synced.is_set, what="pods synced")
-    try:
+    async with scheduler_app(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig")) as app:
+        await wait_until(lambda: app.election.is_leader, what="leadership")
+        await wait_until(app.reconciler.pods_synced.is_set, what="pods synced")
         yield app
-    finally:
-        await app.stop()
 
 
 @pytest.fixture

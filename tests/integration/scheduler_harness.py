@@ -103,12 +103,9 @@ def scheduler_settings(kubeconfig: Path | None, **overrides: Any) -> SchedulerSe
     return SchedulerSettings(**values)
 
 
-async def start_scheduler(
-    bus_settings: BusSettings, kubeconfig: Path | None, **overrides: Any
-) -> SchedulerApp:
-    app = SchedulerApp(scheduler_settings(kubeconfig, **overrides), bus_settings)
-    await app.start()
-    return app
+def scheduler_app(bus_settings: BusSettings, kubeconfig: Path | None, **overrides: Any) -> SchedulerApp:
+    """A replica with the test settings, to enter with ``async with``."""
+    return SchedulerApp(scheduler_settings(kubeconfig, **overrides), bus_settings)
 
 
 class ExtenderClient:

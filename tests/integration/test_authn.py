@@ -195,8 +195,7 @@ async def test_monitor_works_as_its_node(callout: CalloutRig) -> None:
     app = MonitorApp.build(MonitorSettings(nodes=("node-1",), sources=("sim",), metrics_bind="127.0.0.1",
                                            metrics_port=0, interval_s=3600.0, publish_interval_s=0.0,
                                            cleanup_interval_s=0.0, resync_interval_s=0.0), node1)
-    await app.start()
-    try:
+    async with app:
         monitor = app.monitors["node-1"]
         assert early.pod_uid in monitor.ledger
         late = allocation(str(uuid.uuid4()), "late", [[(GPU0, 1000, 10)]], node="node-1")
@@ -206,8 +205,6 @@ async def test_monitor_works_as_its_node(callout: CalloutRig) -> None:
         await wait_until(lambda: any(isinstance(e, Usage) and len(e.containers) == 2 for e in usage),
                          what="node-1's usage")
         assert {e.node for e in usage} == {"node-1"}
-    finally:
-        await app.stop()
 
 
 async def test_a_nodes_consumer_comes_back_under_a_new_name_after_a_reconnect(

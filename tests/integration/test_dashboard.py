@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,9 @@ async def get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
         return resp.status, await resp.text()
 
 
-async def started(reader: Bus, **kw: Any) -> Dashboard:
-    dashboard = await Dashboard.start(settings(**kw), reader)
+async def started(exits: AsyncExitStack, reader: Bus, **kw: Any) -> Dashboard:
+    """A dashboard entered on ``exits`` (the test closes it there), caught up with the stream."""
+    dashboard = await exits.enter_async_context(Dashboard(settings(**kw), reader))
     await wait_until(dashboard.ready, 10, what="dashboard caught up")
     return dashboard
 
@@ -69,7 +71,8 @@ async def test_pages_pushes_404s_and_metrics(bus: Bus, reader: Bus) -> None:
     now = time.time()
     await (await bus.kv(INVENTORY)).put("n1", encode_inventory(inventory("n1", ts=now)))
     await publish(bus, decided("a", "n1", ts=now))
-    dashboard = await started(reader)
+    exits = AsyncExitStack()
+    dashboard = await started(exits, reader)
     base = f"http://127.0.0.1:{dashboard.port}"
     try:
         async with aiohttp.ClientSession() as session:
@@ -108,14 +111,15 @@ async def test_pages_pushes_404s_and_metrics(bus: Bus, reader: Bus) -> None:
             assert "gpubus_dashboard_not_found_total 5.0" in metrics
             assert "gpubus_dashboard_pushes_total" in metrics
     finally:
-        await dashboard.close()
+        await exits.aclose()
 
 
 async def test_time_travel_rebuilds_the_cluster_before_a_release(bus: Bus, reader: Bus) -> None:
     now = time.time()
     await publish(bus, inventory("n1", ts=now))
     await publish(bus, decided("a", "n1", ts=now))
-    dashboard = await started(reader, checkpoint_interval_s=0.001)
+    exits = AsyncExitStack()
+    dashboard = await started(exits, reader, checkpoint_interval_s=0.001)
     base = f"http://127.0.0.1:{dashboard.port}"
     try:
         before = dashboard.timeline.view.at
@@ -140,7 +144,7 @@ async def test_time_travel_rebuilds_the_cluster_before_a_release(bus: Bus, reade
             assert status == 200 and orjson.loads(body)["nodes"] == 1
             assert card_id("n1", 0) in (await get(session, f"{base}/api/page?path=/nodes/n1&at={before}"))[1]
     finally:
-        await dashboard.close()
+        await exits.aclose()
 
 
 async def _second_push(session: aiohttp.ClientSession, url: str, change: Any) -> dict[str, Any]:
@@ -168,7 +172,8 @@ async def test_a_stop_ends_the_open_live_pages(bus: Bus, reader: Bus) -> None:
     """A live page waits for the next change; the stop must end it, not wait out aiohttp's grace."""
     now = time.time()
     await (await bus.kv(INVENTORY)).put("n1", encode_inventory(inventory("n1", ts=now)))
-    dashboard = await started(reader)
+    exits = AsyncExitStack()
+    dashboard = await started(exits, reader)
     closing: asyncio.Task[None] | None = None
     try:
         async with aiohttp.ClientSession() as session, \
@@ -177,7 +182,7 @@ async def test_a_stop_ends_the_open_live_pages(bus: Bus, reader: Bus) -> None:
             while b"event: page" not in await stream.content.readline():
                 pass
             await wait_until(lambda: dashboard.deps.streams == 1, 10, what="the live page is open")
-            closing = asyncio.create_task(dashboard.close())
+            closing = asyncio.create_task(exits.aclose())
             async with asyncio.timeout(10):  # without the stop hook: 60 s, until aiohttp gives up
                 rest = await stream.content.read()
             assert b"event: page" not in rest  # nothing changed: the stop, not a push, ended it
@@ -185,12 +190,13 @@ async def test_a_stop_ends_the_open_live_pages(bus: Bus, reader: Bus) -> None:
             assert dashboard.deps.streams == 0
     finally:
         if closing is None:
-            await dashboard.close()
+            await exits.aclose()
 
 
 async def test_without_its_bundle_every_page_says_how_to_build_it(reader: Bus, tmp_path: Path) -> None:
     (tmp_path / "index.html").write_bytes(b"<!doctype html><script src='/static/dist/app.js'></script>")
-    dashboard = await started(reader)
+    exits = AsyncExitStack()
+    dashboard = await started(exits, reader)
     server = TestServer(build_app(dataclasses.replace(dashboard.deps, static_dir=tmp_path)), host="127.0.0.1")
     await server.start_server()
     try:
@@ -201,4 +207,4 @@ async def test_without_its_bundle_every_page_says_how_to_build_it(reader: Bus, t
             assert (await get(session, str(server.make_url("/api/page?path=/"))))[0] == 200  # the data is
     finally:
         await server.close()
-        await dashboard.close()
+        await exits.aclose()

@@ -48,11 +48,8 @@ class FakeApiServer:
 async def served(bus: Bus) -> AsyncIterator[tuple[str, FakeApiServer]]:
     api = FakeApiServer()
     gate = TokenGate(api, AccessRule(namespace="gpubus-system"))
-    dashboard = await Dashboard.start(DashboardSettings(bind="127.0.0.1", port=0), bus, gate=gate)
-    try:
+    async with Dashboard(DashboardSettings(bind="127.0.0.1", port=0), bus, gate=gate) as dashboard:
         yield f"http://127.0.0.1:{dashboard.port}", api
-    finally:
-        await dashboard.close()
 
 
 async def _status(base: str, path: str, authorization: str | None = None) -> tuple[int, dict[str, str]]:

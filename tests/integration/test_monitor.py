@@ -88,19 +88,13 @@ def usage_of(events: Events, node: str) -> list[Usage]:
     return [e for e in events.of(Usage) if isinstance(e, Usage) and e.node == node]
 
 
-async def started(app: MonitorApp) -> MonitorApp:
-    await app.start()
-    return app
-
-
 async def test_limits_come_from_the_ledger_rebuilt_at_start_and_kept_by_events(
     bus: Bus, usage_events: Events
 ) -> None:
     node = f"node-{uuid.uuid4().hex[:6]}"
     early = allocation(uid(), "early", [[(GPU0, 3000, 30)]], node=node)
     await put_allocation(bus, early)
-    app = await started(MonitorApp.build(settings(node), bus))
-    try:
+    async with MonitorApp.build(settings(node), bus) as app:
         monitor = app.monitors[node]
         assert early.pod_uid in monitor.ledger and monitor.ledger.synced
         late = allocation(uid(), "late", [[(GPU1, 1000, 10)]], node=node)
@@ -128,16 +122,13 @@ async def test_limits_come_from_the_ledger_rebuilt_at_start_and_kept_by_events(
         )
         await wait_until(lambda: early.pod_uid not in monitor.ledger, what="release applied")
         assert [c.pod for c in app.monitors[node].cycle().containers] == ["late"]
-    finally:
-        await app.stop()
 
 
 async def test_over_limit_is_published_once_per_crossing(bus: Bus, usage_events: Events) -> None:
     node = f"node-{uuid.uuid4().hex[:6]}"
     hog = allocation(uid(), "hog", [[(GPU0, 2000, 50)]], node=node)
     await put_allocation(bus, hog)
-    app = await started(MonitorApp.build(settings(node, sim_overuse=("team/hog",)), bus))
-    try:
+    async with MonitorApp.build(settings(node, sim_overuse=("team/hog",)), bus) as app:
         for _ in range(3):
             await app.collect_once()
         await wait_until(lambda: len(usage_events.of(Usage)) >= 4, what="usage events")
@@ -152,14 +143,11 @@ async def test_over_limit_is_published_once_per_crossing(bus: Bus, usage_events:
         sim.set_overuse(["hog"])
         await app.collect_once()
         await wait_until(lambda: len(usage_events.of(UsageOverLimit)) == 2, what="second crossing")
-    finally:
-        await app.stop()
 
 
 async def test_one_process_monitors_several_nodes(bus: Bus) -> None:
     nodes = [f"sim-{i}-{uuid.uuid4().hex[:4]}" for i in range(3)]
-    app = await started(MonitorApp.build(settings(*nodes), bus))
-    try:
+    async with MonitorApp.build(settings(*nodes), bus) as app:
         assert app.subjects() == ["gpubus.allocation.>", "gpubus.inventory.>"]
         pods = {
             node: allocation(uid(), f"pod-{i}", [[(GPU0, 100, 10)]], node=node)
@@ -184,8 +172,6 @@ async def test_one_process_monitors_several_nodes(bus: Bus) -> None:
         await wait_until(lambda: len(app.monitors[nodes[2]].ledger) == 0, what="released")
         assert [len(app.monitors[n].ledger) for n in nodes] == [0, 1, 0]
         assert pods[nodes[1]].pod_uid in app.monitors[nodes[1]].ledger
-    finally:
-        await app.stop()
 
 
 async def test_undecodable_ledger_entries_are_counted_and_skipped(bus: Bus) -> None:
@@ -195,27 +181,21 @@ async def test_undecodable_ledger_entries_are_counted_and_skipped(bus: Bus) -> N
     kv = await bus.kv("allocations")
     await kv.put("garbage-1", b"\xc1\xc1 not msgpack")
     await kv.put("garbage-2", msgpack.packb({"pod_uid": 7}))
-    app = await started(MonitorApp.build(settings(node), bus))
-    try:
+    async with MonitorApp.build(settings(node), bus) as app:
         assert app.ledger_decode_errors == 2
         assert "gpubus_monitor_ledger_decode_errors_total 2.0" in generate_latest(app.registry).decode()
         assert good.pod_uid in app.monitors[node].ledger
-    finally:
-        await app.stop()
 
 
 async def test_an_undecodable_event_is_counted_on_metrics(bus: Bus) -> None:
     node = f"node-{uuid.uuid4().hex[:6]}"
-    app = await started(MonitorApp.build(settings(node), bus))
-    try:
+    async with MonitorApp.build(settings(node), bus) as app:
         assert "gpubus_bus_decode_errors_total 0.0" in generate_latest(app.registry).decode()
         await bus.js.publish(f"gpubus.allocation.decided.{node}", b"\xc1 not msgpack")
         await wait_until(
             lambda: "gpubus_bus_decode_errors_total 1.0" in generate_latest(app.registry).decode(),
             what="the bad decision counted",
         )
-    finally:
-        await app.stop()
 
 
 async def test_entries_naming_another_pod_or_node_than_their_key_are_refused(bus: Bus) -> None:
@@ -229,15 +209,12 @@ async def test_entries_naming_another_pod_or_node_than_their_key_are_refused(bus
         node="another-node", devices=(DeviceInfo(id=DeviceUUID(GPU1), type="NVIDIA-A100", devmem=80_000),)
     )
     await (await bus.kv("inventory")).put(node, msgpack.packb(to_wire(other)))
-    app = await started(MonitorApp.build(settings(node), bus))
-    try:
+    async with MonitorApp.build(settings(node), bus) as app:
         ledger = app.monitors[node].ledger
         held = ledger.get(victim.pod_uid)
         assert held is not None and held.name == "victim"
         assert ledger.devices == ()
         assert app.ledger_decode_errors == 2
-    finally:
-        await app.stop()
 
 
 async def test_an_impossible_byte_count_costs_one_container_not_the_nodes_usage(
@@ -251,10 +228,7 @@ async def test_an_impossible_byte_count_costs_one_container_not_the_nodes_usage(
     write_region(tmp_path, good.pod_uid, "main", 100 * MIB, 4000 * MIB, version=1)
     write_region(tmp_path, summed.pod_uid, "main", 2**64 - 1, 4000 * MIB, version=1, procs=2)
     write_region(tmp_path, huge.pod_uid, "main", 200 * MIB, 4000 * MIB, version=1)
-    app = await started(
-        MonitorApp.build(settings(node, sources=("hami-core",), hook_path=str(tmp_path)), bus)
-    )
-    try:
+    async with MonitorApp.build(settings(node, sources=("hami-core",), hook_path=str(tmp_path)), bus) as app:
         await app.collect_once()
         await wait_until(lambda: bool(usage_of(usage_events, node)), what="a usage sample of the node")
         usage = usage_of(usage_events, node)[0]
@@ -265,8 +239,6 @@ async def test_an_impossible_byte_count_costs_one_container_not_the_nodes_usage(
         out_of_range = f'{{node="{node}",reason="out_of_range",source="hami-core"}} {cycles}'
         assert f"gpubus_monitor_decode_errors_total{out_of_range}" in text
         assert f'gpubus_monitor_ledger_bad_limits_total{{node="{node}"}} 1.0' in text
-    finally:
-        await app.stop()
 
 
 def write_region(
@@ -297,12 +269,9 @@ async def test_real_metrics_endpoint_passes_promtool(bus: Bus, tmp_path: Path) -
     write_region(tmp_path, a.pod_uid, "side", 500 * MIB, 2000 * MIB, version=0)
     (tmp_path / "containers" / "junk_dir").mkdir()
     (tmp_path / "containers" / "junk_dir" / "x.cache").write_bytes(b"not a region")
-    app = await started(
-        MonitorApp.build(
+    async with MonitorApp.build(
             settings(node, sources=("hami-core", "sim"), hook_path=str(tmp_path), legacy_metrics=False), bus
-        )
-    )
-    try:
+        ) as app:
         await app.collect_once()
         url = f"http://127.0.0.1:{app.metrics_port}/metrics"
         async with aiohttp.ClientSession() as http, http.get(url) as resp:
@@ -320,8 +289,6 @@ async def test_real_metrics_endpoint_passes_promtool(bus: Bus, tmp_path: Path) -
         assert f'gpubus_monitor_samples_total{{node="{node}",source="hami-core"}} {2.0 * cycles}' in text
         done = promtool_check(text)
         assert done.returncode == 0, done.stdout + done.stderr
-    finally:
-        await app.stop()
 
 
 async def test_cache_dirs_of_gone_pods_are_removed_after_the_grace(bus: Bus, tmp_path: Path) -> None:
@@ -333,17 +300,12 @@ async def test_cache_dirs_of_gone_pods_are_removed_after_the_grace(bus: Bus, tmp
     fresh = write_region(tmp_path, uid(), "main", 1, 1, version=1)
     os.utime(gone, (1, 1))
     os.utime(kept, (1, 1))
-    app = await started(
-        MonitorApp.build(
+    async with MonitorApp.build(
             settings(node, sources=("hami-core",), hook_path=str(tmp_path), cleanup_grace_s=600.0), bus
-        )
-    )
-    try:
+        ) as app:
         await app.cleanup_once()
         assert (kept.exists(), gone.exists(), fresh.exists()) == (True, False, True)
         assert app.monitors[node].stats.cache_dirs_removed == 1
-    finally:
-        await app.stop()
 
 
 def test_settings_replace_node_in_the_hook_path() -> None:

@@ -111,9 +111,8 @@ async def test_a_node_with_every_gpu_filtered_out_does_not_register_but_reports_
     r = Rig(bus, filter_indexes=(0, 1))
     try:
         await r.kubelet.start()
-        r.agent = r.new_agent()
-        await r.agent.start()
-        assert r.kubelet.registrations == 0 and r.agent.plugin.registrations == 0
+        agent = await r.enter(r.new_agent())
+        assert r.kubelet.registrations == 0 and agent.plugin.registrations == 0
         assert not r.settings.plugin_socket.exists()
         kv = await bus.kv(INVENTORY)
 
@@ -129,10 +128,9 @@ async def test_a_node_with_every_gpu_filtered_out_does_not_register_but_reports_
 async def test_a_plugin_socket_that_cannot_be_bound_fails_start_with_a_clear_error(bus: Bus) -> None:
     r = Rig(bus)
     r.with_settings(plugin_dir=str(r.dir / ("d" * 120)))
-    agent = r.new_agent()
     try:
         with pytest.raises(PluginSocketError, match="unix socket paths must be under 108 bytes"):
-            await agent.start()
+            async with r.new_agent():
+                pass
     finally:
-        await agent.stop()
         await r.close()

@@ -147,8 +147,7 @@ async def test_a_restarted_agent_keeps_reserved_instances_and_destroys_orphans(b
         cards = SimulatedSource(r.node, r.settings.simulate)  # the hardware outlives the agent
         kept = await cards.create_instance(gpu, "1g.10gb", MigPlacement(start=6, size=1))
         await cards.create_instance(gpu, "3g.40gb", MigPlacement(start=0, size=4))
-        r.agent = NodeAgent(r.settings, source=cards, bus=bus)
-        await r.agent.start()
+        await r.enter(NodeAgent(r.settings, source=cards, bus=bus))
         assert cards.instances(gpu) == (kept,)
         await r.release(decision)
         await wait_until(lambda: cards.instances(gpu) == (), what="the adopted instance destroyed")

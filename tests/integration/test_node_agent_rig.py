@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ class Rig:
         )
         self.events: list[Event] = []
         self.agent: NodeAgent | None = None
+        self._agent_exits = AsyncExitStack()
         self.kube: KubeApi | None = None
         """Set before :meth:`start` to have the agent write the node register annotation."""
 
@@ -89,8 +91,7 @@ class Rig:
     async def start_agent(self) -> None:
         """Start an agent; with the kubelet up, wait until it registered and advertised healthy devices."""
         before = self.kubelet.registrations
-        self.agent = self.new_agent()
-        await self.agent.start()
+        await self.enter(self.new_agent())
         if self.settings.kubelet_socket.exists():
             await self.kubelet.wait_for(
                 lambda: (
@@ -100,10 +101,14 @@ class Rig:
                 )
             )
 
+    async def enter(self, agent: NodeAgent) -> NodeAgent:
+        """Start ``agent`` as this rig's agent (:meth:`stop_agent` stops it)."""
+        self.agent = await self._agent_exits.enter_async_context(agent)
+        return agent
+
     async def stop_agent(self) -> None:
-        if self.agent is not None:
-            await self.agent.stop()
-            self.agent = None
+        await self._agent_exits.aclose()
+        self.agent = None
 
     async def close(self) -> None:
         await self.stop_agent()

@@ -22,8 +22,8 @@ from scheduler_harness import (
     create_node,
     gpu_pod,
     register_node,
+    scheduler_app,
     slice_of,
-    start_scheduler,
 )
 
 from gpubus_local.sim.apiserver import SimApiServer
@@ -147,10 +147,9 @@ async def test_no_fit_publishes_pod_unschedulable_with_per_node_reasons(
 async def test_single_node_mode_returns_only_the_best_node(
     bus: Bus, nats_url: str, kube: SimKubeClient, api: SimApiServer, tmp_path: Path
 ) -> None:
-    app = await start_scheduler(
+    async with scheduler_app(
         bus_settings(nats_url), tmp_path / "kubeconfig", single_node_filter=True, replica_id="single"
-    )
-    try:
+    ) as app:
         await cluster(bus, kube, app, "n1", "n2")
         await wait_until(lambda: app.election.is_leader, what="leadership")
         async with aiohttp.ClientSession() as session:
@@ -159,8 +158,6 @@ async def test_single_node_mode_returns_only_the_best_node(
             assert await c.bind(first, "n2") == ""
             result = await c.filter(await create(kube, gpu_pod("p2", slice_of(1000))), ["n1", "n2"])
         assert result["NodeNames"] == ["n2"]  # binpack: the fuller node
-    finally:
-        await app.stop()
 
 
 # --- prioritize ---------------------------------------------------------------------------
@@ -336,8 +333,8 @@ async def test_failed_binding_post_releases_entry_and_leases(
 async def test_standby_replica_forwards_bind_to_the_leader(
     bus: Bus, nats_url: str, kube: SimKubeClient, scheduler: SchedulerApp, tmp_path: Path
 ) -> None:
-    standby = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="standby")
-    try:
+    async with scheduler_app(bus_settings(nats_url), tmp_path / "kubeconfig",
+                             replica_id="standby") as standby:
         await cluster(bus, kube, standby, "n1")
         await wait_until(lambda: NodeName("n1") in scheduler.ledger, what="leader inventory")
         pod = await create(kube, gpu_pod("p", slice_of(1000)))
@@ -356,8 +353,6 @@ async def test_standby_replica_forwards_bind_to_the_leader(
         await wait_until(
             lambda: standby.ledger.entry(PodUID(pod["metadata"]["uid"])) is not None, what="standby ledger"
         )
-    finally:
-        await standby.stop()
 
 
 # --- release ------------------------------------------------------------------------------
@@ -449,7 +444,7 @@ async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
     bus: Bus, nats_url: str, kube: SimKubeClient, scheduler: SchedulerApp, tmp_path: Path
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", gpus=2)
-    await scheduler.stop()
+    await scheduler.aclose()
     hami = gpu_pod("hami-bound", slice_of(5000, 10), scheduler="hami-scheduler")
     hami["spec"]["nodeName"] = "n1"
     hami["metadata"]["annotations"] = {ann.DEVICES_ALLOCATED: "GPU-n1-1,NVIDIA,5000,10:;"}
@@ -459,8 +454,8 @@ async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
     forged["spec"]["nodeName"] = "n1"
     forged["metadata"]["annotations"] = {ann.DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,80000,100:;"}
     await create(kube, forged)
-    again = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="replica-d")
-    try:
+    async with scheduler_app(bus_settings(nats_url), tmp_path / "kubeconfig",
+                             replica_id="replica-d") as again:
         await wait_until(again.reconciler.pods_synced.is_set, what="reconcile")
         assert used(again, "n1", 1) == DeviceUsage(used=1, usedmem=5000, usedcores=10)
         assert used(again, "n1", 0) == DeviceUsage()
@@ -469,8 +464,6 @@ async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
         assert again.metrics.registry.get_sample_value("gpubus_scheduler_input_errors_total", labels) == 1
         await kube.delete_pod("default", "hami-bound")
         await wait_until(lambda: len(again.ledger) == 0, what="adopted pod released on delete")
-    finally:
-        await again.stop()
 
 
 # --- state and recovery -------------------------------------------------------------------
@@ -485,15 +478,13 @@ async def test_restart_rebuilds_exactly_the_same_usage(  # noqa: PLR0917 (fixtur
         pod = await create(kube, gpu_pod(f"p{i}", slice_of(1000 * (i + 1), 5 * i, count=1 + i % 2)))
         assert await client.bind(pod, "n1" if i % 2 else "n2") == ""
     before = {(n, i): used(scheduler, n, i) for n in ("n1", "n2") for i in range(2)}
-    await scheduler.stop()
-    again = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="replica-b")
-    try:
+    await scheduler.aclose()
+    async with scheduler_app(bus_settings(nats_url), tmp_path / "kubeconfig",
+                             replica_id="replica-b") as again:
         assert again.state.ready
         after = {(n, i): used(again, n, i) for n in ("n1", "n2") for i in range(2)}
         assert after == before
         assert len(again.ledger) == 6
-    finally:
-        await again.stop()
 
 
 async def test_reconcile_releases_entries_of_vanished_pods_and_adopts_hami_pods(  # noqa: PLR0917 (fixtures)
@@ -503,7 +494,7 @@ async def test_reconcile_releases_entries_of_vanished_pods_and_adopts_hami_pods(
     await cluster(bus, kube, scheduler, "n1", gpus=2)
     gone = await create(kube, gpu_pod("gone", slice_of(1000)))
     assert await client.bind(gone, "n1") == ""
-    await scheduler.stop()
+    await scheduler.aclose()
     await kube.delete_pod("default", "gone")
     hami = gpu_pod("from-hami", slice_of(7000, 25))
     hami["spec"]["nodeName"] = "n1"
@@ -513,15 +504,13 @@ async def test_reconcile_releases_entries_of_vanished_pods_and_adopts_hami_pods(
         ann.DEVICES_ALLOCATED: "GPU-n1-0,NVIDIA,7000,25:;",
     }
     await create(kube, hami)
-    again = await start_scheduler(bus_settings(nats_url), tmp_path / "kubeconfig", replica_id="replica-c")
-    try:
+    async with scheduler_app(bus_settings(nats_url), tmp_path / "kubeconfig",
+                             replica_id="replica-c") as again:
         await wait_until(again.reconciler.pods_synced.is_set, what="reconcile")
         assert again.ledger.entry(PodUID(gone["metadata"]["uid"])) is None
         assert used(again, "n1", 0) == DeviceUsage(used=1, usedmem=7000, usedcores=25)
         adopted = [e for e in again.ledger.entries() if e.name == "from-hami"]
         assert len(adopted) == 1 and adopted[0].state is AllocationState.APPLIED
-    finally:
-        await again.stop()
 
 
 async def test_readyz_and_metrics(

@@ -220,7 +220,8 @@ async def test_an_owned_task_that_raises_stops_the_scheduler(
     async def serve(lifetime: Lifetime) -> None:
         settings = scheduler_settings(api.write_kubeconfig(tmp_path / "kubeconfig"))
         apps.append(SchedulerApp(settings, bus_settings(nats_url), on_fatal=lifetime.fail))
-        await apps[0].serve(lifetime)
+        async with apps[0]:
+            await lifetime.wait()
 
     running = asyncio.create_task(run_until_stopped(serve, signals=False), name="scheduler-under-test")
     await wait_until(lambda: bool(apps) and hasattr(apps[0], "election") and apps[0].election.is_leader,

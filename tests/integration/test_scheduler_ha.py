@@ -28,8 +28,8 @@ from scheduler_harness import (
     create_node,
     gpu_pod,
     register_node,
+    scheduler_app,
     slice_of,
-    start_scheduler,
 )
 
 from gpubus_local.sim.apiserver import SimApiServer
@@ -92,9 +92,8 @@ class Schedulers:
     session: aiohttp.ClientSession
 
     async def start(self, **settings: Any) -> SchedulerApp:
-        app = await start_scheduler(bus_settings(self.nats_url), self.kubeconfig, **settings)
-        self.stack.push_async_callback(app.stop)
-        return app
+        return await self.stack.enter_async_context(
+            scheduler_app(bus_settings(self.nats_url), self.kubeconfig, **settings))
 
     async def leader_of_n1(self, **settings: Any) -> SchedulerApp:
         """A scheduler that leads and has node n1 in its ledger."""

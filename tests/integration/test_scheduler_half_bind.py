@@ -13,7 +13,7 @@ from typing import Any
 
 from asyncwait import wait_until
 from bus_settings import bus_settings
-from scheduler_harness import create_node, gpu_pod, register_node, slice_of, start_scheduler
+from scheduler_harness import create_node, gpu_pod, register_node, scheduler_app, slice_of
 
 from shared.bus import ALLOCATIONS, LOCKS, Bus
 from shared.handoff import lease_key
@@ -43,8 +43,7 @@ async def test_a_dead_leaders_half_done_bind_is_undone_by_the_next(
         await allocations.put(pod["metadata"]["uid"], encode_allocation(_decided(pod, "n1")))
     lease = await bus.lease(lease_key("n1", 1), unbound["metadata"]["uid"], auto_renew=False)
     assert await lease.acquire()
-    app = await start_scheduler(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig"))
-    try:
+    async with scheduler_app(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig")) as app:
         await wait_until(app.reconciler.pods_synced.is_set, what="pods synced")
         assert app.ledger.entry(PodUID(unbound["metadata"]["uid"])) is None
         assert app.ledger.entry(PodUID(bound["metadata"]["uid"])) is not None
@@ -54,5 +53,3 @@ async def test_a_dead_leaders_half_done_bind_is_undone_by_the_next(
             return await locks.get(lease_key("n1", 1)) is None
 
         await wait_until(released, what="the lease released")
-    finally:
-        await app.stop()

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 from asyncwait import wait_until
 from bus_settings import bus_settings
-from scheduler_harness import ExtenderClient, create_node, gpu_pod, register_node, slice_of, start_scheduler
+from scheduler_harness import ExtenderClient, create_node, gpu_pod, register_node, scheduler_app, slice_of
 
 from gpubus_local.sim.apiserver import SimApiServer
 from gpubus_local.sim.kube import SimKubeClient
@@ -104,9 +104,8 @@ async def test_filtering_again_replaces_the_slice_instead_of_adding_one(
 async def test_provisional_slices_can_be_turned_off(
     bus: Bus, nats_url: str, kube: SimKubeClient, api: SimApiServer, tmp_path: Path
 ) -> None:
-    app = await start_scheduler(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig"),
-                                provisional_ttl_s=0.0)
-    try:
+    async with scheduler_app(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig"),
+                                provisional_ttl_s=0.0) as app:
         await wait_until(lambda: app.election.is_leader, what="leadership")
         await cluster(bus, kube, app, "n1")
         first = await create(kube, gpu_pod("a", slice_of(60_000)))
@@ -116,5 +115,3 @@ async def test_provisional_slices_can_be_turned_off(
             assert (await client.filter(first, ["n1"]))["NodeNames"] == ["n1"]
             assert (await client.filter(second, ["n1"]))["NodeNames"] == ["n1"]
         assert app.ledger.entry(uid(first)) is None
-    finally:
-        await app.stop()

@@ -19,7 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from scheduler_harness import start_scheduler
+from scheduler_harness import scheduler_app
 
 from services.scheduler.errors import TLSConfigError
 
@@ -83,18 +83,16 @@ async def test_only_clients_with_a_certificate_of_the_ca_are_served(nats_url: st
     kube_scheduler = _write(tmp_path, "kube-scheduler", _cert("kube-scheduler", ca))
     stranger_ca = _cert("other-ca", None, ca=True)
     stranger = _write(tmp_path, "stranger", _cert("kube-scheduler", stranger_ca))
-    app = await start_scheduler(bus_settings(nats_url), None, bind="127.0.0.1", tls_cert=str(server_cert),
-                                tls_key=str(server_key), tls_client_ca=str(ca_file))
-    try:
+    async with scheduler_app(bus_settings(nats_url), None, bind="127.0.0.1", tls_cert=str(server_cert),
+                                tls_key=str(server_key), tls_client_ca=str(ca_file)) as app:
         served = await asyncio.to_thread(_get, app.port, _client(ca_file, kube_scheduler))
         assert served.startswith(b"HTTP/1.1 200"), served
         for who in (None, stranger):
             assert await asyncio.to_thread(_refused, app.port, _client(ca_file, who)), who
-    finally:
-        await app.stop()
 
 
 async def test_unusable_tls_files_stop_the_start_with_a_clear_error(nats_url: str, tmp_path: Path) -> None:
     with pytest.raises(TLSConfigError, match="cannot use the extender's TLS files"):
-        await start_scheduler(bus_settings(nats_url), None, tls_cert=str(tmp_path / "missing.crt"),
-                              tls_key=str(tmp_path / "missing.key"))
+        async with scheduler_app(bus_settings(nats_url), None, tls_cert=str(tmp_path / "missing.crt"),
+                                 tls_key=str(tmp_path / "missing.key")):
+            pass

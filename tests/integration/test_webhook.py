@@ -61,11 +61,8 @@ async def serving(
 ) -> AsyncIterator[Webhook]:
     cert, key = cert_files
     settings = WebhookSettings(bind="127.0.0.1", port=0, cert=str(cert), key=str(key), **overrides)
-    webhook = await Webhook.start(settings, bus or dead_nats())
-    try:
+    async with Webhook(settings, bus or dead_nats()) as webhook:
         yield webhook
-    finally:
-        await webhook.close()
 
 
 @asynccontextmanager

@@ -46,7 +46,7 @@ def _client(server_ca: trustme.CA, identity: trustme.CA | None) -> ssl.SSLContex
     return ctx
 
 
-async def _start(tmp_path: Path, client_ca: str) -> tuple[Webhook, trustme.CA]:
+def _webhook(tmp_path: Path, client_ca: str) -> tuple[Webhook, trustme.CA]:
     server_ca = trustme.CA()
     issued = server_ca.issue_cert("localhost", "127.0.0.1")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
@@ -54,23 +54,20 @@ async def _start(tmp_path: Path, client_ca: str) -> tuple[Webhook, trustme.CA]:
     issued.private_key_pem.write_to_path(str(key))
     (tmp_path / "server-ca.pem").write_bytes(server_ca.cert_pem.bytes())
     settings = WebhookSettings(bind="127.0.0.1", port=0, cert=str(cert), key=str(key), client_ca=client_ca)
-    webhook = await Webhook.start(settings, BusSettings(url=f"nats://127.0.0.1:{free_port()}"))
-    return webhook, server_ca
+    return Webhook(settings, BusSettings(url=f"nats://127.0.0.1:{free_port()}")), server_ca
 
 
 async def test_only_the_api_servers_certificate_is_served(tmp_path: Path) -> None:
     apiserver_ca, stranger_ca = trustme.CA(), trustme.CA()
     apiserver_ca.cert_pem.write_to_path(str(tmp_path / "client-ca.pem"))
-    webhook, server_ca = await _start(tmp_path, str(tmp_path / "client-ca.pem"))
-    try:
+    webhook, server_ca = _webhook(tmp_path, str(tmp_path / "client-ca.pem"))
+    async with webhook:
         served = await asyncio.to_thread(_get, webhook.port, _client(server_ca, apiserver_ca))
         assert served.startswith(b"HTTP/1.1 200"), served
         for identity in (None, stranger_ca):
             assert await asyncio.to_thread(_refused, webhook.port, _client(server_ca, identity)), identity
-    finally:
-        await webhook.close()
 
 
 async def test_an_unreadable_client_ca_stops_the_start(tmp_path: Path) -> None:
     with pytest.raises(TLSConfigError, match="cannot load the client CA"):
-        await _start(tmp_path, str(tmp_path / "missing.pem"))
+        _webhook(tmp_path, str(tmp_path / "missing.pem"))

@@ -9,6 +9,7 @@ a privileged GPU pod is refused; a pod without GPU is stored as sent.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +35,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimApiServer, SimKubeCl
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     issued.cert_chain_pems[0].write_to_path(str(cert))
     issued.private_key_pem.write_to_path(str(key))
-    async with SimApiServer() as api:
+    async with SimApiServer() as api, contextlib.AsyncExitStack() as stack:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         settings = WebhookSettings(
             bind="127.0.0.1",
@@ -44,7 +45,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimApiServer, SimKubeCl
             kubeconfig=str(kubeconfig),
             quota_cache_ttl_s=0.0,
         )
-        webhook = await Webhook.start(settings, BusSettings(url=f"nats://127.0.0.1:{free_port()}"))
+        webhook = await stack.enter_async_context(
+            Webhook(settings, BusSettings(url=f"nats://127.0.0.1:{free_port()}")))
         api.admission.add(
             WebhookConfig(
                 name="vgpu.gpubus.io",
@@ -53,11 +55,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[SimApiServer, SimKubeCl
             )
         )
         kube = await SimKubeClient.from_kubeconfig(kubeconfig)
-        try:
-            yield api, kube
-        finally:
-            await kube.close()
-            await webhook.close()
+        stack.push_async_callback(kube.close)
+        yield api, kube
 
 
 def gpu_pod(name: str, **limits: Any) -> Pod:

@@ -44,41 +44,35 @@ async def served_cert(ca: trustme.CA, port: int) -> bytes:
         await writer.wait_closed()
 
 
-async def start(cert: Path, key: Path) -> Webhook:
+def webhook_on(cert: Path, key: Path) -> Webhook:
     settings = WebhookSettings(
         bind="127.0.0.1", port=0, cert=str(cert), key=str(key), cert_check_interval_s=0.0
     )
-    return await Webhook.start(settings, BusSettings(url=f"nats://127.0.0.1:{free_port()}"))
+    return Webhook(settings, BusSettings(url=f"nats://127.0.0.1:{free_port()}"))
 
 
 async def test_a_rotated_certificate_is_served_to_new_connections(tmp_path: Path) -> None:
     ca = trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     first = write_cert(ca, cert, key, common_name="first")
-    webhook = await start(cert, key)
-    try:
+    async with webhook_on(cert, key) as webhook:
         assert await served_cert(ca, webhook.port) == first
         second = write_cert(ca, cert, key, common_name="second")
         assert await served_cert(ca, webhook.port) == second
         assert await served_cert(ca, webhook.port) == second
         assert webhook.metrics.cert_reloads.labels("ok")._value.get() == 1
-    finally:
-        await webhook.close()
 
 
 async def test_a_half_done_rotation_keeps_the_old_chain(tmp_path: Path) -> None:
     ca = trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     first = write_cert(ca, cert, key, common_name="first")
-    webhook = await start(cert, key)
-    try:
+    async with webhook_on(cert, key) as webhook:
         ca.issue_cert("localhost", common_name="other").cert_chain_pems[0].write_to_path(str(cert))
         assert await served_cert(ca, webhook.port) == first
         assert webhook.metrics.cert_reloads.labels("failed")._value.get() >= 1
         second = write_cert(ca, cert, key, common_name="second")
         assert await served_cert(ca, webhook.port) == second
-    finally:
-        await webhook.close()
 
 
 async def test_an_unusable_certificate_stops_the_start(tmp_path: Path) -> None:
@@ -86,4 +80,4 @@ async def test_an_unusable_certificate_stops_the_start(tmp_path: Path) -> None:
     cert.write_text("not a certificate")
     key.write_text("not a key")
     with pytest.raises(TLSConfigError, match="cannot load serving certificate"):
-        await start(cert, key)
+        webhook_on(cert, key)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shared.tasks import cancel_and_wait
+from shared.tasks import cancel_and_wait, cancel_and_wait_through
 
 #: Seconds any step here may take; each takes milliseconds when cancel_and_wait works.
 BOUND_S = 5.0
@@ -105,3 +105,37 @@ async def test_skips_the_current_task() -> None:
     await _ended(task, "cancel_and_wait(its own task)")
     assert not task.cancelled(), "cancel_and_wait cancelled the task that called it"
     assert task.result() == "returned"
+
+
+async def test_a_clean_up_cancelled_again_still_ends_its_tasks() -> None:
+    """An owner cancels a task whose ``finally`` is ending tasks of its own, then cancels it again
+    (cancel_and_wait does so after RECANCEL_S): those tasks still end, and the cancel is raised."""
+    release = asyncio.Event()
+    cleaning = asyncio.Event()
+
+    async def slow_to_end() -> None:
+        try:
+            await asyncio.Future()
+        finally:
+            cleaning.set()
+            await release.wait()  # ends once released (or cancelled again by cancel_and_wait)
+
+    inner = asyncio.create_task(slow_to_end(), name="inner")
+
+    async def owner() -> None:
+        try:
+            await asyncio.Future()
+        finally:
+            await cancel_and_wait_through(inner)
+
+    outer = asyncio.create_task(owner(), name="owner")
+    await asyncio.sleep(0)  # let both start waiting
+    outer.cancel()
+    await asyncio.wait_for(cleaning.wait(), 5.0)
+    outer.cancel()  # the owner's second cancel, while the clean-up runs
+    await asyncio.sleep(0)
+    assert not inner.done()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(outer, 5.0)
+    assert inner.done()

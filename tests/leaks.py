@@ -1,0 +1,45 @@
+"""What a component left open after a failed ``async with``: this process's sockets and asyncio tasks.
+
+:func:`nothing_left_open` takes both before the block and checks, once the block raised, that every
+socket and task made since is gone again (a closed transport lets go of its socket, and an ended
+subscription of its reader task, a loop turn later, so it waits for both with a timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from asyncwait import wait_until
+
+
+def sockets() -> set[str]:
+    """The sockets this process holds, as ``socket:[inode]``."""
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own fd among them)
+            continue
+        if target.startswith("socket:"):
+            held.add(target)
+    return held
+
+
+def tasks() -> set[asyncio.Task[Any]]:
+    return {t for t in asyncio.all_tasks() if not t.done()}
+
+
+@asynccontextmanager
+async def nothing_left_open() -> AsyncIterator[None]:
+    """Wrap a block that must fail: no socket or task it made may outlive it."""
+    sockets_before, tasks_before = sockets(), tasks()
+    yield
+    await wait_until(lambda: not (sockets() - sockets_before), timeout=5.0,
+                     what="the failed start's sockets to close")
+    # a drained subscription's reader task ends a loop turn after its drain returns
+    await wait_until(lambda: tasks() <= tasks_before, timeout=5.0,
+                     what=f"the failed start's tasks to end: {tasks() - tasks_before}")

@@ -22,7 +22,7 @@ async def test_leases_past_their_ttl_with_their_owner_gone_are_swept(bus: Bus) -
     await leases.start()
     try:
         await wait_until(lambda: leases.holder_hint("alloc.node-a.2") == ALIVE, 10, what="the watch's hints")
-        assert await leases.sweep() == 0, "nothing is swept within its TTL (and a grace) of its first sighting"
+        assert await leases.sweep() == 0, "nothing is swept within its TTL and a grace of its first sighting"
 
         async def swept() -> bool:
             await leases.sweep()

@@ -41,6 +41,7 @@ from services.scheduler.reconcile import Reconciler
 from services.scheduler.requeue import Requeuer
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
+from services.scheduler.watched import AwaitingPods
 from shared.bus import Bus, BusSettings, BusStats, Subscription
 from shared.bus.metrics import BusStatsCollector
 from shared.kube import KubeApi, KubeClient
@@ -86,6 +87,7 @@ class SchedulerApp:
             memory_factor=settings.memory_factor,
         )
         self.pods = PodCache()
+        self.awaiting = AwaitingPods()
         self.nodes = NodeBook()
         self.requeuer = Requeuer(None)
         self.port = settings.port
@@ -180,6 +182,7 @@ class SchedulerApp:
             ),
             clock=self.clock,
             nodes=self.nodes,
+            awaiting=self.awaiting,
         )
 
     def _wire_reconciler(self) -> None:
@@ -199,6 +202,7 @@ class SchedulerApp:
             clock=self.clock,
             names=self.names,
             nodes=self.nodes,
+            awaiting=self.awaiting,
         )
 
     def _wire_preemption(self) -> None:

@@ -119,6 +119,7 @@ class NodeAgent:
             metrics=self.metrics,
             on_done=self._pod_done,
             mig=self.source if isinstance(self.source, MigPort) else None,
+            on_stalled=self._resync_decisions,
         )
         servicer = DevicePluginServicer(
             self.advertised, self.handoff, self.metrics, preferred=settings.enable_preferred_allocation
@@ -246,6 +247,13 @@ class NodeAgent:
             self.handoff.reconcile(await self.pod_resources.assigned())
         except PodResourcesUnavailable as e:
             log.info("not reconciling with the kubelet: %s", e)
+
+    def _resync_decisions(self) -> None:
+        """A kubelet call waits for a decision that has not come: re-create its consumer now."""
+        if self._subscription is not None:
+            self.metrics.decision_resyncs.inc()
+            log.info("a kubelet call on %s waits for its decision: resyncing its consumer", self.node)
+            self._subscription.resync()
 
     def _pod_done(self, allocation: Allocation, completed: Completed | None) -> None:
         self.tasks.spawn(f"release-{allocation.pod_uid}", self.leases.release(allocation))

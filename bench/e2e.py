@@ -268,6 +268,8 @@ async def measure(args: argparse.Namespace, kubeconfig: Path,  # noqa: PLR0917
         idle = await idle_cpu(pids, args.idle_s)
         print(idle_messages_line(idle_msgs0, await nats_messages(monitor_port), args.idle_s))
         if args.idle_only:
+            print(f"idle CPU ms/s ({args.idle_s:.0f}s): "
+                  + ", ".join(f"{n} {v * 1000:.1f}" for n, v in sorted(idle.items())))
             return
         cpu0, msgs0 = {n: group_cpu(group) for n, group in pids.items()}, await nats_messages(monitor_port)
         self0 = resource.getrusage(resource.RUSAGE_SELF)

@@ -326,6 +326,9 @@ async def extender_answers(url: str) -> str:
         if family.name == "gpubus_scheduler_decisions":
             counts += [f"{s.labels['verb']} {s.labels['outcome']}={s.value:.0f}"
                        for s in family.samples if s.name.endswith("_total") and s.value]
+        elif family.name == "gpubus_scheduler_bind_pod_reads":
+            counts += [f"bind read pod from {s.labels['source']}={s.value:.0f}"
+                       for s in family.samples if s.name.endswith("_total") and s.value]
         elif family.name == "gpubus_scheduler_lease_wait_seconds":
             wait.update({s.name.rsplit("_", 1)[1]: s.value for s in family.samples
                          if s.name.endswith(("_sum", "_count"))})

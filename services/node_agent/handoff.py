@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 #: before the kubelet calls, and one that is not may sit on a consumer its server lost, which the
 #: consumer's slow heartbeats would notice only later.
 RESYNC_AFTER_S = 0.5
+#: ... and again this often while it still waits (seconds): a re-creation can fail while the
+#: cluster elects a new leader, and nothing else would retry it before the heartbeats do.
+RESYNC_EVERY_S = 1.0
 
 #: Refusal -> ``outcome`` label of the allocations counter.
 _OUTCOMES: dict[type[Exception], str] = {
@@ -106,7 +109,8 @@ class Handoff:
     ) -> None:
         self._node = settings.node_name
         self._on_stalled = on_stalled
-        """Called once per kubelet call still waiting :data:`RESYNC_AFTER_S` for its decision."""
+        """Called when a kubelet call has waited :data:`RESYNC_AFTER_S` for its decision, and every
+        :data:`RESYNC_EVERY_S` while it still waits."""
         self._wait_s = settings.allocate_wait_s
         self._config = allocate_config(settings)
         self._uuid_of = uuid_of
@@ -300,7 +304,7 @@ class Handoff:
     async def _wait_for_plan(self, sizes: Sequence[int]) -> list[Slot]:
         """The slots of a call (see :meth:`PendingTable.plan`), waiting a bounded time for decisions."""
         deadline = time.monotonic() + self._wait_s
-        resync_at: float | None = time.monotonic() + RESYNC_AFTER_S
+        resync_at = time.monotonic() + RESYNC_AFTER_S
         while True:
             changed = self._changed
             try:
@@ -315,11 +319,11 @@ class Handoff:
                     # the decision travels on NATS, the pod on the API server: say how long it lagged
                     e.args = (f"{e} (waited {self._wait_s:g} s for it)",)
                     raise
-            if resync_at is not None and time.monotonic() >= resync_at:
-                resync_at = None
+            if time.monotonic() >= resync_at:
+                resync_at = time.monotonic() + RESYNC_EVERY_S
                 if self._on_stalled is not None:
                     self._on_stalled()
-            until = remaining if resync_at is None else min(remaining, resync_at - time.monotonic())
+            until = min(remaining, resync_at - time.monotonic())
             self.waiting += 1
             try:
                 await asyncio.wait_for(changed.wait(), max(until, 0.0))

@@ -264,7 +264,13 @@ async def measure(args: argparse.Namespace, kubeconfig: Path,  # noqa: PLR0917
         rng = random.Random(7)
         pods = [make_pod(i, rng, args.mix, args.duration) for i in range(args.pods)]
         print(f"load average before the load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        idle_msgs0 = await nats_messages(monitor_port)
         idle = await idle_cpu(pids, args.idle_s)
+        print(idle_messages_line(idle_msgs0, await nats_messages(monitor_port), args.idle_s))
+        if args.idle_only:
+            print(f"idle CPU ms/s ({args.idle_s:.0f}s): "
+                  + ", ".join(f"{n} {v * 1000:.1f}" for n, v in sorted(idle.items())))
+            return
         cpu0, msgs0 = {n: group_cpu(group) for n, group in pids.items()}, await nats_messages(monitor_port)
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         submitted: dict[str, float] = {}
@@ -320,6 +326,9 @@ async def extender_answers(url: str) -> str:
         if family.name == "gpubus_scheduler_decisions":
             counts += [f"{s.labels['verb']} {s.labels['outcome']}={s.value:.0f}"
                        for s in family.samples if s.name.endswith("_total") and s.value]
+        elif family.name == "gpubus_scheduler_bind_pod_reads":
+            counts += [f"bind read pod from {s.labels['source']}={s.value:.0f}"
+                       for s in family.samples if s.name.endswith("_total") and s.value]
         elif family.name == "gpubus_scheduler_lease_wait_seconds":
             wait.update({s.name.rsplit("_", 1)[1]: s.value for s in family.samples
                          if s.name.endswith(("_sum", "_count"))})
@@ -364,6 +373,19 @@ def messages_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int
         per_pod = max(started, 1)
         parts.append(f"{label} {(sent1 - sent0) / per_pod:.1f}/{(received1 - received0) / per_pod:.1f}")
     return "NATS messages per started pod, sent/received: " + ", ".join(parts)
+
+
+def idle_messages_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+                       seconds: float) -> str:
+    """NATS messages a second, sent/received, of each process and of every client together, with
+    no pod in flight: what the cluster costs for merely existing (heartbeats, timers)."""
+    if seconds <= 0:
+        return "idle NATS messages/s: not measured (--idle-s 0)"
+    parts = []
+    for label, prefixes in {**_NATS_CLIENTS, "all clients": ("",)}.items():
+        (sent0, received0), (sent1, received1) = _summed(before, prefixes), _summed(after, prefixes)
+        parts.append(f"{label} {(sent1 - sent0) / seconds:.1f}/{(received1 - received0) / seconds:.1f}")
+    return f"idle NATS messages/s over {seconds:.0f}s, sent/received: " + ", ".join(parts)
 
 
 def steady_rate(starts: list[float]) -> str:
@@ -471,6 +493,8 @@ if __name__ == "__main__":
                         help="Node-agents connect as their own node (auth callout), as in `gpubus up`.")
     parser.add_argument("--idle-s", type=float, default=10.0,
                         help="Measure each process's idle CPU this long before the load.")
+    parser.add_argument("--idle-only", action="store_true",
+                        help="Stop after the idle measurement (idle CPU and NATS messages/s); no load.")
     parser.add_argument("--control-plane", choices=("sim", "kubernetes"), default="sim",
                         help="sim: the stand-ins (`gpubus up`); kubernetes: the real control plane and "
                              "real kubelets (scripts/kube-build).")

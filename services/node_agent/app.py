@@ -36,7 +36,7 @@ from services.node_agent.publisher import InventoryPublisher
 from services.node_agent.settings import MODE_LABEL, NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
 from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, Verifier
-from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings
+from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings, Route
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
 from shared.config import SettingsError
@@ -122,6 +122,7 @@ class NodeAgent(Component):
             metrics=self.metrics,
             on_done=self._pod_done,
             mig=self.source if isinstance(self.source, MigPort) else None,
+            on_stalled=self._resync_decisions,
         )
         servicer = DevicePluginServicer(
             self.advertised, self.handoff, self.metrics, preferred=settings.enable_preferred_allocation
@@ -139,6 +140,8 @@ class NodeAgent(Component):
                 self.node, self.pod_resources, self.metrics, bus.emit, delay_s=settings.verify_delay_s
             )
         )
+        self._subscription: Route | None = None
+        """The decisions' route, once open (a stalled kubelet call resyncs it)."""
         self.dra: DraPlugin | None = None
         self.slices: SlicePublisher | None = None
         if settings.mode == "dra":
@@ -164,8 +167,8 @@ class NodeAgent(Component):
         exits.push_async_callback(self.tasks.close)
         # Routed from the process's one shared consumer (many agents in the simulator): decisions
         # published from now on arrive in order, across reconnects; older ones come from the KV.
-        subscription = await self.bus.route(DECISION_SUBJECTS, node_token(self.node), self._on_event)
-        exits.push_async_callback(subscription.stop)
+        self._subscription = await self.bus.route(DECISION_SUBJECTS, node_token(self.node), self._on_event)
+        exits.push_async_callback(self._subscription.stop)
         await self._rebuild_from_kv()
         with contextlib.suppress(BusUnavailable):
             await self.bus.kv(LOCKS)  # opened now, so a release in an outage needs no extra request
@@ -250,6 +253,13 @@ class NodeAgent(Component):
             self.handoff.reconcile(await self.pod_resources.assigned())
         except PodResourcesUnavailable as e:
             log.info("not reconciling with the kubelet: %s", e)
+
+    def _resync_decisions(self) -> None:
+        """A kubelet call waits for a decision that has not come: re-create its consumer now."""
+        if self._subscription is not None:
+            self.metrics.decision_resyncs.inc()
+            log.info("a kubelet call on %s waits for its decision: resyncing its consumer", self.node)
+            self._subscription.resync()
 
     def _pod_done(self, allocation: Allocation, completed: Completed | None) -> None:
         self.tasks.spawn(f"release-{allocation.pod_uid}", self.leases.release(allocation))

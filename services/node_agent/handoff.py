@@ -55,6 +55,15 @@ from shared.model import Allocation, DeviceInfo, DeviceUUID, PodUID
 
 log = logging.getLogger(__name__)
 
+#: A kubelet call that has waited this long for its decision asks for a resync of the decisions'
+#: consumer (seconds): the decision is published before the pod is bound, so it is normally here
+#: before the kubelet calls, and one that is not may sit on a consumer its server lost, which the
+#: consumer's slow heartbeats would notice only later.
+RESYNC_AFTER_S = 0.5
+#: ... and again this often while it still waits (seconds): a re-creation can fail while the
+#: cluster elects a new leader, and nothing else would retry it before the heartbeats do.
+RESYNC_EVERY_S = 1.0
+
 #: Refusal -> ``outcome`` label of the allocations counter.
 _OUTCOMES: dict[type[Exception], str] = {
     NoDecision: "no_decision",
@@ -96,8 +105,12 @@ class Handoff:
         metrics: NodeAgentMetrics,
         on_done: Callable[[Allocation, Completed | None], None],
         mig: MigPort | None = None,
+        on_stalled: Callable[[], None] | None = None,
     ) -> None:
         self._node = settings.node_name
+        self._on_stalled = on_stalled
+        """Called when a kubelet call has waited :data:`RESYNC_AFTER_S` for its decision, and every
+        :data:`RESYNC_EVERY_S` while it still waits."""
         self._wait_s = settings.allocate_wait_s
         self._config = allocate_config(settings)
         self._uuid_of = uuid_of
@@ -291,6 +304,7 @@ class Handoff:
     async def _wait_for_plan(self, sizes: Sequence[int]) -> list[Slot]:
         """The slots of a call (see :meth:`PendingTable.plan`), waiting a bounded time for decisions."""
         deadline = time.monotonic() + self._wait_s
+        resync_at = time.monotonic() + RESYNC_AFTER_S
         while True:
             changed = self._changed
             try:
@@ -305,9 +319,14 @@ class Handoff:
                     # the decision travels on NATS, the pod on the API server: say how long it lagged
                     e.args = (f"{e} (waited {self._wait_s:g} s for it)",)
                     raise
+            if time.monotonic() >= resync_at:
+                resync_at = time.monotonic() + RESYNC_EVERY_S
+                if self._on_stalled is not None:
+                    self._on_stalled()
+            until = min(remaining, resync_at - time.monotonic())
             self.waiting += 1
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                await asyncio.wait_for(changed.wait(), max(until, 0.0))
             except TimeoutError:
                 continue  # one last plan() raises the precise reason
             finally:

@@ -58,6 +58,11 @@ class NodeAgentMetrics:
             ["result"],
             registry=r,
         )
+        self.decision_resyncs = Counter(
+            "gpubus_node_agent_decision_resyncs",
+            "Re-creations of the decisions' consumer asked by a kubelet call that waited for its decision",
+            registry=r,
+        )
         self.health_transitions = Counter(
             "gpubus_node_agent_health_transitions", "Device health changes", ["healthy"], registry=r
         )

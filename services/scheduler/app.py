@@ -43,6 +43,7 @@ from services.scheduler.reconcile import Reconciler
 from services.scheduler.requeue import Requeuer
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
+from services.scheduler.watched import AwaitingPods
 from shared.bus import Bus, BusSettings, Subscription
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
@@ -91,6 +92,7 @@ class SchedulerApp(Component):
             memory_factor=settings.memory_factor,
         )
         self.pods = PodCache()
+        self.awaiting = AwaitingPods()
         self.nodes = NodeBook()
         self.requeuer = Requeuer(None)
         self.port = settings.port
@@ -190,6 +192,7 @@ class SchedulerApp(Component):
             ),
             clock=self.clock,
             nodes=self.nodes,
+            awaiting=self.awaiting,
         )
 
     def _wire_reconciler(self) -> None:
@@ -209,6 +212,7 @@ class SchedulerApp(Component):
             clock=self.clock,
             names=self.names,
             nodes=self.nodes,
+            awaiting=self.awaiting,
         )
 
     def _wire_preemption(self) -> None:

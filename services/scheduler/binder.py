@@ -42,6 +42,7 @@ from services.scheduler.nodeadmit import NodeBook, node_rejects
 from services.scheduler.placement import Placement
 from services.scheduler.pod_cache import PodCache
 from services.scheduler.state import State
+from services.scheduler.watched import AwaitingPods
 from services.scheduler.wire import BindingArgs
 from shared import annotations as ann
 from shared.errors import AnnotationError, BusUnavailable, RequestError
@@ -115,8 +116,11 @@ class Binder:
         options: BindOptions,
         clock: Callable[[], float] = time.time,
         nodes: NodeBook | None = None,
+        awaiting: AwaitingPods | None = None,
     ) -> None:
         self._state = state
+        self._awaiting = awaiting if awaiting is not None else AwaitingPods()
+        """Our unbound pods as the leader's pod watch shows them: read instead of a GET when there."""
         self._nodes = nodes
         """The Node objects the node watch saw: /bind re-checks selector, affinity and taints."""
         self._placement = placement
@@ -189,7 +193,7 @@ class Binder:
         if self._kube is None:
             raise BindError("no_kube", "no Kubernetes API configured (--kubeconfig or --in-cluster)")
         try:
-            pod, parsed = await self._verified_pod(args)
+            pod, parsed, watched = await self._verified_pod(args)
             request = self._request(pod, args) if parsed is None else parsed
             node = NodeName(args.node)
             self._check_node(pod, args, node)
@@ -208,7 +212,7 @@ class Binder:
             )
         self._in_flight.add(uid)  # no await since the check: one bind per pod at a time
         try:
-            if await self._already_bound(args, pod, request, node, cached=False):
+            if await self._already_bound(args, pod, request, node, cached=watched):
                 return "already_bound"
             if self._quotas is not None:
                 await self._quotas.ensure(request.namespace)
@@ -310,6 +314,7 @@ class Binder:
         pod, parsed = (None, None) if seen is None else seen
         if pod is None:
             assert self._kube is not None
+            self._metrics.bind_pod_reads.labels("api").inc()
             try:
                 pod = await self._kube.get_pod(args.pod_namespace, args.pod_name)
             except KubeError as e:
@@ -327,11 +332,16 @@ class Binder:
             )
         return pod, parsed
 
-    async def _verified_pod(self, args: BindingArgs) -> tuple[Mapping[str, Any], PodRequest | None]:
-        """The pod as the API server has it now (never only what a /filter body claimed), if it is
-        ours and not being deleted; filter's parse of it is reused when it is the same revision."""
+    async def _verified_pod(self, args: BindingArgs) -> tuple[Mapping[str, Any], PodRequest | None, bool]:
+        """The pod as the API server has it (never only what a /filter body claimed): as the leader's
+        pod watch last showed it, else read now; refused unless it is ours and not being deleted.
+        Filter's parse of it is reused when it is the same revision. The flag: from the watch (which
+        may lag a bind that just happened: :meth:`_already_bound` reads again before it releases)."""
         seen = self._pods.pop(args.pod_uid)
-        pod, _ = await self._pod(args, cached=False)
+        watched = self._awaiting.get(args.pod_uid) if args.pod_uid else None
+        if watched is not None:
+            self._metrics.bind_pod_reads.labels("watch").inc()
+        pod = (await self._pod(args, cached=False))[0] if watched is None else watched
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         ours = self._opt.scheduler_name
         if ours and spec.get("schedulerName") != ours:
@@ -343,8 +353,8 @@ class Binder:
             cached_meta = seen[0].get("metadata") or {}
             if (cached_meta.get("uid"), cached_meta.get("resourceVersion")) == (
                     meta.get("uid"), meta.get("resourceVersion")):
-                return pod, seen[1]
-        return pod, None
+                return pod, seen[1], watched is not None
+        return pod, None, watched is not None
 
     def _check_node(self, pod: Mapping[str, Any], args: BindingArgs, node: NodeName) -> None:
         """The node-side checks kube-scheduler ran before filter, again, on the node as watched."""

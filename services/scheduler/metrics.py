@@ -256,6 +256,14 @@ class SchedulerMetrics:
         self.released = _Children(
             Counter("gpubus_scheduler_released", "Ledger entries released, by why", ["why"], registry=r)
         )
+        self.bind_pod_reads = _Children(
+            Counter(
+                "gpubus_scheduler_bind_pod_reads",
+                "Where /bind read the pod it binds: the leader's pod watch, or the API server",
+                ["source"],
+                registry=r,
+            )
+        )
         self.adopted = Counter("gpubus_scheduler_adopted", "Bound pods adopted into the ledger", registry=r)
         self.bind_phase_patches = _Children(
             Counter(

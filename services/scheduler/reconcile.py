@@ -1,12 +1,13 @@
 """Keeping the ledger true to the cluster (contract item 3): pods, nodes and node-agent verdicts.
 
 Leader only: watch pods (list + watch, re-list on 410; every pod, but only a slim record of those
-that matter is held) to release the slices of deleted and finished pods; at start, release
-entries whose pod no longer exists and adopt bound pods that carry HAMi's annotations but have no
-entry, whatever their scheduler name (how a HAMi cluster migrates); consume ``allocation.applied``
-and ``allocation.failed`` to move entries to APPLIED or FAILED (a failure frees the slice) and
-have the pod's ``hami.io/bind-phase`` set to match (with HAMi's ``hami.io/vgpu-node`` label in
-the same patch), off the event path.
+that matter is held, and the whole pod while one of ours waits for its bind, which /bind reads
+instead of the API server: :mod:`.watched`) to release the slices of deleted and finished pods; at
+start, release entries whose pod no longer exists and adopt bound pods that carry HAMi's
+annotations but have no entry, whatever their scheduler name (how a HAMi cluster migrates);
+consume ``allocation.applied`` and ``allocation.failed`` to move entries to APPLIED or FAILED (a
+failure frees the slice) and have the pod's ``hami.io/bind-phase`` set to match (with HAMi's
+``hami.io/vgpu-node`` label in the same patch), off the event path.
 Every replica: watch nodes for the annotations Fit reads and to drop removed nodes.
 
 Orchestration over ``state``, ``leases`` and the Kubernetes port; must not know HTTP or Fit.
@@ -28,6 +29,7 @@ from services.scheduler.leases import AllocLeases
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.state import State
+from services.scheduler.watched import AwaitingPods, awaits_bind
 from shared import annotations as ann
 from shared.bus import Subscription
 from shared.errors import AnnotationError, BusUnavailable, RequestError
@@ -190,8 +192,11 @@ class Reconciler:
         clock: Callable[[], float] = time.time,
         names: ResourceNames = DEFAULT_NAMES,
         nodes: NodeBook | None = None,
+        awaiting: AwaitingPods | None = None,
     ) -> None:
         self._state = state
+        self._awaiting = awaiting if awaiting is not None else AwaitingPods()
+        """Our unbound pods, whole, as this watch shows them (read by /bind)."""
         self._nodes = nodes if nodes is not None else NodeBook()
         """Labels, taints and unschedulable of every node, for /bind's node-side checks."""
         self._leases = leases
@@ -285,16 +290,20 @@ class Reconciler:
         self._unbound.clear()
         synced = asyncio.Event()
         listed_at = self._clock()
+        self._awaiting.clear()
         reconciler = asyncio.create_task(self._reconcile_when(synced, listed_at), name="scheduler-reconcile")
         try:
             # every pod, so HAMi's pods are adopted whatever their scheduler; only slim records are held
             async for event in list_and_watch_pods(self._kube, synced=synced, transform=self._slim):
                 await self.on_pod(event["type"], event["object"])
         finally:
+            self._awaiting.clear()  # no longer kept true by a watch (a deposed leader's)
             reconciler.cancel()
             await asyncio.gather(reconciler, return_exceptions=True)
 
     def _slim(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        if awaits_bind(pod, self._scheduler_name):
+            return pod  # whole until bound: /bind reads it from here
         ledger = self._state.ledger
         return slim_pod(
             pod,
@@ -339,6 +348,10 @@ class Reconciler:
             self._unbound.add(uid)
         else:
             self._unbound.discard(uid)
+        if kind != "DELETED" and awaits_bind(pod, self._scheduler_name):
+            self._awaiting.put(uid, pod)
+        else:
+            self._awaiting.drop(uid)
         if kind == "DELETED" or finished:
             self._live.pop(uid, None)
             if self._state.ledger.entry(PodUID(uid)) is not None:

@@ -9,8 +9,11 @@ to the catch-all route :data:`ANY` (a process that covers every node, like the s
 
 Delivery is gapless across disconnects and server restarts: nats-py's ordered consumer notices a
 consumer-sequence gap or missing heartbeats and re-creates the consumer from the last stream
-sequence it saw. Events at or below the last dispatched stream sequence are skipped, so a
-re-creation never hands an event twice, nor anything published before the fanout started.
+sequence it saw. Heartbeats are slow (:data:`IDLE_HEARTBEAT_S`), so that an idle cluster does not
+exchange a message a second per node; an owner that expects an event and has not had it asks for
+a resync (:meth:`Route.resync`), which re-creates the consumer at once. Events at or below the
+last dispatched stream sequence are skipped, so a re-creation never hands an event twice, nor
+anything published before the fanout started.
 There is no redelivery after a handler failure (logged and counted): routes are for idempotent
 state updates whose owner rebuilds from KV when it starts (the node-agent's pending decisions).
 Undecodable messages are logged, counted and skipped. Knows nothing about what events mean.
@@ -38,9 +41,11 @@ log = logging.getLogger(__name__)
 #: The token of a route that takes every event no other route takes (a process covering all nodes).
 ANY = "*"
 #: Server heartbeat on an idle consumer; two missed ones make nats-py re-create it, seconds. On a
-#: cluster the (R1) consumer may live on a server that dies while ours lives on: then these
-#: heartbeats are all that notices, and Allocate waits for the decisions until the re-creation.
-IDLE_HEARTBEAT_S = 1.0
+#: cluster the (R1) consumer may live on a server that dies while ours lives on: these heartbeats
+#: notice that within 2 x 15 s (the Allocate lease's TTL); an Allocate that waits for its decision
+#: does not wait for them, it resyncs (:meth:`Route.resync`). One heartbeat a second per node was
+#: most of an idle cluster's NATS traffic.
+IDLE_HEARTBEAT_S = 15.0
 
 
 class Route:
@@ -54,6 +59,12 @@ class Route:
     @property
     def running(self) -> bool:
         return any(f.routes.get(self.token) is self for f in self._fanouts)
+
+    def resync(self) -> None:
+        """Re-create the consumers from the last event each delivered, now (an event this route's
+        owner expects has not come: its consumer may be on a server that lost it)."""
+        for fanout in self._fanouts:
+            fanout.resume()
 
     async def stop(self) -> None:
         for fanout in self._fanouts:
@@ -119,7 +130,8 @@ class Fanout:
         return sub
 
     def resume(self) -> None:
-        """After a reconnect: continue at once from the last event seen on a fresh consumer.
+        """After a reconnect, or on a resync: continue at once from the last event seen on a fresh
+        consumer (events seen already are skipped by their stream sequence).
 
         A restarted server has lost the old (memory) consumer; nats-py would notice only after two
         missed heartbeats. A failed re-creation is retried by nats-py's heartbeat check.

@@ -3,19 +3,26 @@
 Cases: decisions written while the agent was down are rebuilt from KV; a pod the kubelet
 already holds is not left pending after a restart (pod resources reconcile), so a later pod of
 the same size is not ambiguous; with NATS down the kubelet still gets the right answer from the
-cache and the events arrive once NATS is back; Allocate keeps working after a kubelet restart.
+cache and the events arrive once NATS is back; Allocate keeps working after a kubelet restart; a
+decision published while the server had lost the agent's consumer (which the consumer's slow
+heartbeats notice only after 30 s) reaches the kubelet's call that waits for it, by a resync;
+a call whose decision never comes resyncs again every second it waits (a re-creation can fail
+during a cluster's election, and nothing else would retry it before the heartbeats).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import pytest
 import pytest_asyncio
 from asyncwait import wait_until
 from natsproc import NatsServerProcess
 from test_node_agent_rig import make_bus_settings, rig
 
-from shared.bus import Bus
+from gpubus_local.sim.kubelet import AdmissionError
+from services.node_agent.app import DECISION_SUBJECTS
+from shared.bus import STREAM, Bus
 from shared.events import AllocationApplied
 
 
@@ -55,6 +62,28 @@ async def test_allocate_works_after_a_kubelet_restart(bus: Bus) -> None:
         decision = r.allocation("after", [(1, 700, 7)])
         await r.decide(decision)
         assert limits((await r.kubelet.admit(r.pod(decision)))["c0"].envs) == ("700m",)
+
+
+async def test_a_decision_on_a_lost_consumer_reaches_the_waiting_allocate_by_a_resync(bus: Bus) -> None:
+    async with rig(bus, allocate_wait_s=5.0) as r:
+        lost = [info.name for info in await bus.js.consumers_info(STREAM)
+                if set(info.config.filter_subjects or [info.config.filter_subject]) & set(DECISION_SUBJECTS)]
+        assert lost
+        for name in lost:  # as when the server that held it died and ours lives on
+            await bus.js.delete_consumer(STREAM, name)
+        decision = r.allocation("lost", [(0, 900, 9)])
+        await r.decide(decision)
+        answers = await r.kubelet.admit(r.pod(decision))
+        assert limits(answers["c0"].envs) == ("900m",)
+        assert r.metric("gpubus_node_agent_decision_resyncs_total") >= 1
+
+
+async def test_a_call_whose_decision_never_comes_resyncs_again_while_it_waits(bus: Bus) -> None:
+    async with rig(bus, allocate_wait_s=4.0) as r:
+        never = r.allocation("never", [(0, 900, 9)])  # decided nowhere
+        with pytest.raises(AdmissionError, match="no allocation decided"):
+            await r.kubelet.admit(r.pod(never))
+        assert r.metric("gpubus_node_agent_decision_resyncs_total") >= 2  # at 0.5 s, 1.5 s, ...
 
 
 @pytest_asyncio.fixture

@@ -14,7 +14,9 @@ a plain profile (``default-scheduler``: in-tree filters and pods/binding, no ext
 event source); nvidia.com/gpu fit (allocatable 0 skipped, bound pods count until they finish, a node regaining
 allocatable retries at once, ``fit_resources=()`` leaves it to the extender as HAMi's config does);
 events as kube-scheduler records them (FailedScheduling with the condition's message, repeats
-counted on one event; Scheduled naming the node; from the scheduler's name).
+counted on one event; Scheduled naming the node; from the scheduler's name); on 250 nodes each
+/filter carries kube-scheduler's 120 feasible nodes, the next cycle starting where the last stopped
+(all 250 with ``percentage_of_nodes_to_score=100``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from manual_clock import ManualClock
 from gpubus_local.sim.apiserver import SimApiServer
 from gpubus_local.sim.extender_client import ExtenderConfig
 from gpubus_local.sim.kube import SimKubeClient
-from gpubus_local.sim.scheduler import Outcome, SchedulerSettings, SimScheduler
+from gpubus_local.sim.scheduler import Outcome, SchedulerSettings, SimScheduler, feasible_nodes_to_find
 from gpubus_local.sim.scheduling_queue import BackoffPolicy
 from shared.kube_types import Event, Node, Pod
 
@@ -451,3 +453,36 @@ async def test_no_fit_resources_binds_where_the_extender_says_as_hami_configures
     await cluster.start(fit_resources=())
     await cluster.kube.create_pod("default", gpu_pod("a"))
     assert (await cluster.wait_bound("a")) == {"a": "n1"}
+
+
+async def test_filters_stop_at_kube_schedulers_feasible_node_count_and_rotate(cluster: Cluster) -> None:
+    names = [f"n{i:03}" for i in range(250)]
+    cluster.extender.free = dict.fromkeys(names, 8)
+    await cluster.add_nodes(*(node(n) for n in names))
+    await cluster.start()
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    await cluster.wait_bound("a")
+    await cluster.kube.create_pod("default", gpu_pod("b"))
+    await cluster.wait_bound("b")
+    first, second = (set(args["NodeNames"]) for args in cluster.extender.requests["filter"])
+    assert len(first) == len(second) == feasible_nodes_to_find(250) == 120
+    assert not first & second  # the second cycle went on where the first stopped
+
+
+async def test_percentage_100_sends_every_node_to_the_extender(cluster: Cluster) -> None:
+    names = [f"n{i:03}" for i in range(250)]
+    cluster.extender.free = dict.fromkeys(names, 8)
+    await cluster.add_nodes(*(node(n) for n in names))
+    await cluster.start(percentage_of_nodes_to_score=100)
+    await cluster.kube.create_pod("default", gpu_pod("a"))
+    await cluster.wait_bound("a")
+    [args] = cluster.extender.requests["filter"]
+    assert sorted(args["NodeNames"]) == names
+
+
+@pytest.mark.parametrize(("nodes", "percentage", "expected"), [
+    (0, 0, 0), (99, 0, 99), (100, 0, 100), (250, 0, 120), (1000, 0, 420), (5000, 0, 500),
+    (6000, 0, 300), (100_000, 0, 5000), (1000, 10, 100), (1000, 100, 1000), (5000, 50, 2500),
+])
+def test_feasible_nodes_to_find_is_kube_schedulers(nodes: int, percentage: int, expected: int) -> None:
+    assert feasible_nodes_to_find(nodes, percentage) == expected

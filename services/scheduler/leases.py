@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from shared.bus import KV, LOCKS, Bus, Entry, Lease, Watch
 from shared.bus.kv import ttl_header_seconds
+from shared.component import Component
 from shared.errors import BusUnavailable, CasConflict
 from shared.handoff import device_counts, lease_key
 from shared.model import NodeName, PodDevices
@@ -54,7 +55,7 @@ class _Holder:
         self.seen_at = seen_at
 
 
-class AllocLeases:
+class AllocLeases(Component):
     """Acquire, wait for and release the ambiguity leases of pods.
 
     The watch on ``alloc.>`` also keeps who holds each key (a hint, never the decision: only a KV
@@ -66,6 +67,7 @@ class AllocLeases:
     """
 
     def __init__(self, bus: Bus, *, ttl: float, owner_alive: OwnerAlive) -> None:
+        super().__init__()
         self._bus = bus
         self._ttl = ttl
         self._owner_alive = owner_alive
@@ -79,14 +81,13 @@ class AllocLeases:
         """key -> revision of its delete marker, while the watch shows it free."""
         self.takeovers = 0
 
-    async def start(self) -> None:
+    async def _open(self, exits: contextlib.AsyncExitStack) -> None:
+        """Open the ``locks`` bucket and watch ``alloc.>``; the end stops the watch, then wakes every
+        waiter to look again, so none sleeps on past it."""
+        exits.callback(self.wake)
         self._kv = await self._bus.kv(LOCKS)
         self._watch = await self._kv.watch(self._on_key, keys="alloc.>", tombstones=self._on_tombstone)
-
-    async def close(self) -> None:
-        if self._watch is not None:
-            await self._watch.stop()
-        self.wake()
+        exits.push_async_callback(self._watch.stop)
 
     @property
     def effective_ttl(self) -> float:

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import collections
 import sys
+from pathlib import Path
 
 import grimp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout, not an installed copy
 
 ROOMS = ("gpubus_local", "gpubus", "services", "shared")
 """Top to bottom: an import may point down this list, never up."""

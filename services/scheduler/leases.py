@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from shared.bus import KV, LOCKS, Bus, Entry, Lease, Watch
 from shared.bus.kv import ttl_header_seconds
+from shared.component import Component
 from shared.errors import BusUnavailable, CasConflict
 from shared.handoff import device_counts, lease_key
 from shared.model import NodeName, PodDevices
@@ -56,7 +57,7 @@ class _Holder:
         self.seen_at = seen_at
 
 
-class AllocLeases:
+class AllocLeases(Component):
     """Acquire, wait for and release the ambiguity leases of pods.
 
     The watch on ``alloc.>`` also keeps who holds each key (a hint, never the decision: only a KV
@@ -68,6 +69,7 @@ class AllocLeases:
     """
 
     def __init__(self, bus: Bus, *, ttl: float, owner_alive: OwnerAlive) -> None:
+        super().__init__()
         self._bus = bus
         self._ttl = ttl
         self._owner_alive = owner_alive
@@ -83,19 +85,18 @@ class AllocLeases:
         self.swept = 0
         """Leases deleted by :meth:`sweep` (their TTL long over, their owner gone)."""
 
-    async def start(self) -> None:
+    async def _open(self, exits: contextlib.AsyncExitStack) -> None:
+        """Open the ``locks`` bucket and watch ``alloc.>``; the end stops the watch, then wakes every
+        waiter to look again, so none sleeps on past it."""
+        exits.callback(self.wake)
         self._kv = await self._bus.kv(LOCKS)
         self._watch = await self._kv.watch(self._on_key, keys="alloc.>", tombstones=self._on_tombstone)
+        exits.push_async_callback(self._watch.stop)
         # and what was held before the watch began (a restarted leader's, or a dead one's): one
         # bulk read, so the sweep and the waiters know those holders too
         for key, entry in (await self._kv.items()).items():
             if key.startswith("alloc."):
                 self._note_held(key, entry.value.decode("utf-8", "replace"), entry.revision)
-
-    async def close(self) -> None:
-        if self._watch is not None:
-            await self._watch.stop()
-        self.wake()
 
     @property
     def effective_ttl(self) -> float:

@@ -18,9 +18,7 @@ async def test_leases_past_their_ttl_with_their_owner_gone_are_swept(bus: Bus) -
     # server failed to expire would
     await kv.put("alloc.node-a.1", b"pod-gone")
     await kv.put("alloc.node-a.2", ALIVE.encode())
-    leases = AllocLeases(bus, ttl=3.0, owner_alive=lambda owner: owner == ALIVE)
-    await leases.start()
-    try:
+    async with AllocLeases(bus, ttl=3.0, owner_alive=lambda owner: owner == ALIVE) as leases:
         await wait_until(lambda: leases.holder_hint("alloc.node-a.2") == ALIVE, 10, what="the watch's hints")
         assert await leases.sweep() == 0, "nothing is swept within its TTL and a grace of its first sighting"
 
@@ -36,5 +34,3 @@ async def test_leases_past_their_ttl_with_their_owner_gone_are_swept(bus: Bus) -
                          what="the new holder")
         assert await leases.sweep() == 0
         assert await kv.get("alloc.node-a.1") is not None
-    finally:
-        await leases.close()

@@ -17,6 +17,7 @@ from services.webhook.metrics import WebhookMetrics
 from services.webhook.quota import QuotaView
 from services.webhook.server import Deps, build_runner
 from services.webhook.settings import WebhookSettings
+from services.webhook.templates import TemplateWriter
 from services.webhook.tls import CertReloader
 from shared.bus import BusSettings
 from shared.bus.metrics import BusStatsCollector
@@ -60,6 +61,7 @@ class Webhook:
             max_body_bytes=settings.max_body_bytes,
             source=settings.source,
             bus_state=lambda: bus.state,
+            templates=TemplateWriter(kube, ttl_s=settings.template_cache_ttl_s) if admission.claims else None,
         )
         runner = build_runner(deps)
         await runner.setup()

@@ -316,7 +316,7 @@ class KubeStack(StartStop):
         webhook = self._child("webhook", self._gpubus(
             "webhook", "--bind", "127.0.0.1", "--port", str(p.webhook), "--cert", str(self.tls.cert),
             "--key", str(self.tls.key), "--kubeconfig", str(await self.service_kubeconfig("webhook")),
-            "--nats", nats, "--scheduler-name", SCHEDULER_NAME), ca_probe)
+            "--nats", nats, "--scheduler-name", SCHEDULER_NAME, *self._webhook_mode()), ca_probe)
         scheduler_kubeconfig = await self.service_kubeconfig("scheduler")
         schedulers = [self._child(self._scheduler_name(i), self._gpubus(
             "scheduler", "--bind", "127.0.0.1", "--port", str(port),
@@ -334,6 +334,12 @@ class KubeStack(StartStop):
             "--metrics-bind", "127.0.0.1", "--port", str(p.monitor), "--nats", nats),
             http_probe(f"http://127.0.0.1:{p.monitor}/metrics"))
         await self._start(monitor)
+
+    def _webhook_mode(self) -> list[str]:
+        """DRA mode: the webhook turns GPU limits into claims, as the chart's webhook Deployment runs it."""
+        if self.spec.mode != "dra":
+            return []
+        return ["--mode", "dra", "--dra-device-class", "gpubus.io", "--dra-driver", "gpubus.io"]
 
     @staticmethod
     def _scheduler_name(i: int) -> str:

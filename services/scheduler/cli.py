@@ -66,6 +66,9 @@ def scheduler(
         bool | None, Opt("--legacy-metrics", help="HAMi's pre-v2.9 metric names.")
     ] = None,
     replica_id: Annotated[str | None, Opt(help="Identity in the leader lease (default host-pid).")] = None,
+    dra_driver: Annotated[str | None, Opt(
+        help="DRA mode: publish claims of this driver kube-scheduler allocated as allocation.decided.",
+    )] = None,
     resource_name: Annotated[str | None, Opt(help="Card count resource (nvidia.com/gpu).")] = None,
     resource_mem: Annotated[
         str | None, Opt(help="Memory resource; limits.<it> in a ResourceQuota caps a namespace.")

@@ -104,3 +104,13 @@ def test_webhook_translates_gpu_limits_only_in_dra_mode_with_the_least_rights() 
         assert not any(a.startswith("--mode") for a in _webhook_args(docs))
         assert not [r for r in _webhook_rules(docs) if r[0] == "resource.k8s.io"]
         assert find(docs, "MutatingWebhookConfiguration")["webhooks"][0]["sideEffects"] == "None"
+
+
+@pytest.mark.parametrize(("mode", "follows"), [("extender", False), ("dra", True), ("node-label", True)])
+def test_scheduler_follows_claims_where_any_node_may_be_dra(mode: str, follows: bool) -> None:
+    """The scheduler's leader publishes allocation.decided for the driver's claims (flags the real
+    CLI accepts); its kube-scheduler roles already let it list and watch claims."""
+    pod = find(documents({"mode": mode}), "Deployment", "gpubus-scheduler")["spec"]["template"]["spec"]
+    args = next(c for c in pod["containers"] if c["name"] == "scheduler")["args"]
+    assert ("--dra-driver=gpubus.io" in args) is follows
+    parse("scheduler", args[1:])

@@ -15,6 +15,9 @@ node-agent restart keeps a prepared claim; the node-agent's token may write Reso
 not delete a Node. HAMi pod specs (the examples, unchanged) run as claims the webhook made from
 their nvidia.com/gpu limits; the webhook's token may create claim templates, nothing more; a
 template of gpubus's name that is not gpubus's refuses the pod; a dry run creates no template.
+The event stream as in extender mode: allocated -> allocation.decided (the scheduler's leader,
+with the pod's containers and the cards' shares), prepared -> allocation.applied, deleted ->
+allocation.released; the monitor reports the container's limit from them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from asyncwait import wait_until
@@ -402,3 +406,48 @@ async def test_a_template_not_made_by_gpubus_refuses_the_pod(kube: KubeE2E, tmp_
     _create(stack, pod, "--dry-run=server")
     templates = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates"
     assert await _get(stack, f"{templates}/{dry}") is None
+
+
+async def _monitor_limit(stack: KubeStack, pod: str) -> float | None:
+    """The monitor's hami_vgpu_memory_limit_bytes for ``pod``'s container, if it reports one."""
+    url = f"http://127.0.0.1:{stack.ports.monitor}/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as r:
+        text = await r.text()
+    for line in text.splitlines():
+        if line.startswith("hami_vgpu_memory_limit_bytes{") and f'pod="{pod}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_events_read_as_in_extender_mode(kube: KubeE2E) -> None:
+    """A HAMi pod in DRA mode: allocation.decided when kube-scheduler allocated its claim (its
+    container, card and share), allocation.applied when prepared, allocation.released once gone;
+    the monitor shows the container's 8 GiB limit meanwhile."""
+    stack = kube.stack
+    seen: list[Any] = []
+    sub = await kube.bus.nc.subscribe("gpubus.allocation.>", cb=_collect(seen))
+    try:
+        name = _create(stack, EXAMPLES / "pod-small.yaml")
+        pod = await _running(stack, name)
+        uid = pod["metadata"]["uid"]
+
+        def of_pod(kind: str) -> list[Any]:
+            def uid_of(e: Any) -> str | None:
+                return getattr(e, "pod_uid", None) or getattr(getattr(e, "allocation", None), "pod_uid", None)
+            return [e for e in seen if kind == e.KIND and uid_of(e) == uid]
+        await wait_until(lambda: bool(of_pod("allocation.decided") and of_pod("allocation.applied")), 60,
+                         what="allocation.decided and .applied for the pod")
+        [decided] = of_pod("allocation.decided")
+        a = decided.allocation
+        assert (a.namespace, a.name, a.node, a.containers) == ("default", name, NODE, ("main",))
+        [[card]] = a.devices
+        assert (card.usedmem, card.usedcores) == (8192, 20) and card.uuid.startswith("GPU-")
+        assert of_pod("allocation.applied")[0].device_ids == (card.uuid,)
+        async def reported() -> bool:
+            return await _monitor_limit(stack, name) == 8192 * (1 << 20)
+        await wait_until(reported, 60, what="the monitor reporting the pod's 8 GiB limit")
+        await _delete(stack, f"pod/{name}")
+        await wait_until(lambda: bool(of_pod("allocation.released")), 120,
+                         what="allocation.released for the pod")
+    finally:
+        await sub.unsubscribe()

@@ -17,13 +17,16 @@ their nvidia.com/gpu limits; the webhook's token may create claim templates, not
 template of gpubus's name that is not gpubus's refuses the pod; a dry run creates no template.
 The event stream as in extender mode: allocated -> allocation.decided (the scheduler's leader,
 with the pod's containers and the cards' shares), prepared -> allocation.applied, deleted ->
-allocation.released; the monitor reports the container's limit from them.
+allocation.released; the monitor reports the container's limit from them. ``gpubus explain
+--pending`` says why a claim waits: kube-scheduler's reason and each card's room.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -451,3 +454,23 @@ async def test_events_read_as_in_extender_mode(kube: KubeE2E) -> None:
                          what="allocation.released for the pod")
     finally:
         await sub.unsubscribe()
+
+
+async def test_explain_says_why_a_pending_claim_waits(kube: KubeE2E) -> None:
+    """A HAMi pod asking 100 GiB of a card, run as a claim: `gpubus explain --pending` prints
+    kube-scheduler's FailedScheduling reason and, per card, that 102400 MiB is more than is free;
+    exit code 1 (no node has room)."""
+    stack = kube.stack
+    _apply(stack, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra-why", "namespace": "default"},
+                   "spec": {"containers": [{"name": "main", "image": "cuda:12.4", "resources": {"limits": {
+                       "nvidia.com/gpu": 1, "nvidia.com/gpumem": 102400}}}]}})
+    await kube.wait_event("dra-why", "FailedScheduling", timeout=60)
+    argv = [sys.executable, "-m", "gpubus", "explain", "--pending", "default/dra-why",
+            "--kubeconfig", str(stack.kubeconfig)]
+    done = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60,
+                                   check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "kube-scheduler: " in done.stdout and "cannot allocate all claims" in done.stdout, done.stdout
+    assert done.stdout.count("memory: asks 102400 MiB") == 2, done.stdout  # both cards
+    assert "nodes with 1 fitting card(s): none" in done.stdout
+    await _delete(stack, "pod/dra-why")

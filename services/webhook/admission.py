@@ -8,6 +8,10 @@ privileged -> denied; schedulerName / nodeName; namespace quota. gpubus adds the
 ``hami.io/webhook=ignore`` pod label, the limiter tamper check (contract item 7) and a denial
 naming the container and resource for invalid quantities.
 
+In DRA mode (``AdmissionSettings.claims``) a GPU pod keeps its scheduler and, last, each GPU
+container's limits become a claim (:mod:`services.webhook.claims`); the decision lists the
+claim templates the pod names, for the edge to create.
+
 The mutations are made on a copy of the pod and the JSONPatch is the diff of the two, so
 running :func:`admit` on its own output yields no patch (``reinvocationPolicy: IfNeeded``).
 This module must not import aiohttp, nats or a Kubernetes client.
@@ -173,7 +177,7 @@ def _admit_pod(
     templates: tuple[claims.ClaimTemplate, ...] = ()
     if gpu and s.claims is not None:
         try:
-            templates = _translate(new_spec, request, namespace, s.names, s.claims)
+            templates = _translate(new_spec, request, namespace or request.namespace, s.names, s.claims)
         except claims.Untranslatable as e:
             return _deny(Outcome.NOT_TRANSLATABLE, f"DRA mode: {e}", code=400)
     return AdmissionDecision(

@@ -440,8 +440,7 @@ async def test_events_read_as_in_extender_mode(kube: KubeE2E) -> None:
             return [e for e in seen if kind == e.KIND and uid_of(e) == uid]
         await wait_until(lambda: bool(of_pod("allocation.decided") and of_pod("allocation.applied")), 60,
                          what="allocation.decided and .applied for the pod")
-        [decided] = of_pod("allocation.decided")
-        a = decided.allocation
+        a = of_pod("allocation.decided")[0].allocation
         assert (a.namespace, a.name, a.node, a.containers) == ("default", name, NODE, ("main",))
         [[card]] = a.devices
         assert (card.usedmem, card.usedcores) == (8192, 20) and card.uuid.startswith("GPU-")

@@ -26,9 +26,9 @@ from shared import dra
 from shared.bus.errors import EventRefused
 from shared.errors import BusUnavailable
 from shared.events import AllocationDecided, AllocationReleased, Event
-from shared.kube_errors import KubeError
+from shared.kube_errors import KubeError, KubeRejected
 from shared.kube_types import Pod, WatchEvent
-from shared.kube_watch import list_and_watch
+from shared.kube_watch import Backoff, list_and_watch
 from shared.model import Allocation, DeviceInfo, NodeName
 
 log = logging.getLogger(__name__)
@@ -62,17 +62,28 @@ class ClaimFollower:
     """The leader's owned task (:meth:`run`); its state is rebuilt from the first list."""
 
     def __init__(self, kube: ClaimApi, bus: Publisher, ledger: Ledger, *, driver: str = dra.DRIVER,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, retry_s: float = 1.0) -> None:
         self.kube, self.bus, self.ledger, self.driver, self.clock = kube, bus, ledger, driver, clock
+        self.retry_s = retry_s
         self._claims: dict[str, Json] = {}
         """namespace/name -> an allocated, reserved claim with devices of ours."""
         self._published: dict[str, Allocation] = {}
         """pod uid -> the allocation last published for it."""
 
     async def run(self) -> None:
-        async for event in list_and_watch(self.kube.list_resource_claims, self.kube.watch_resource_claims,
-                                          what="resourceclaims", transform=slim):
-            await self.on_claim(event["type"], event["object"])
+        """Follow claims forever. A refused list (RBAC not there yet, or missing) is logged and
+        tried again with backoff rather than ending the scheduler: the extender does not need it."""
+        backoff = Backoff(initial_s=self.retry_s, max_s=max(self.retry_s, 10.0))
+        while True:
+            try:
+                async for event in list_and_watch(self.kube.list_resource_claims,
+                                                  self.kube.watch_resource_claims,
+                                                  what="resourceclaims", transform=slim):
+                    backoff.reset()
+                    await self.on_claim(event["type"], event["object"])
+            except KubeRejected as e:
+                log.error("cannot follow ResourceClaims, so DRA pods get no allocation.decided: %s", e)
+                await backoff.wait()
 
     async def on_claim(self, kind: str, claim: Json) -> None:
         meta = claim.get("metadata") or {}

@@ -425,7 +425,7 @@ async def _monitor_limit(stack: KubeStack, pod: str) -> float | None:
 async def test_events_read_as_in_extender_mode(kube: KubeE2E) -> None:
     """A HAMi pod in DRA mode: allocation.decided when kube-scheduler allocated its claim (its
     container, card and share), allocation.applied when prepared, allocation.released once gone;
-    the monitor shows the container's 8 GiB limit meanwhile."""
+    the monitor shows the container's 8 GiB limit meanwhile; no mismatch or failure is reported."""
     stack = kube.stack
     seen: list[Any] = []
     sub = await kube.bus.nc.subscribe("gpubus.allocation.>", cb=_collect(seen))
@@ -451,6 +451,8 @@ async def test_events_read_as_in_extender_mode(kube: KubeE2E) -> None:
         await _delete(stack, f"pod/{name}")
         await wait_until(lambda: bool(of_pod("allocation.released")), 120,
                          what="allocation.released for the pod")
+        # the node-agent in DRA mode takes no decision for a device-plugin handoff to check
+        assert not of_pod("allocation.mismatch") and not of_pod("allocation.failed")
     finally:
         await sub.unsubscribe()
 

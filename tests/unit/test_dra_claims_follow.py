@@ -6,18 +6,23 @@ containers (init first) with their own claims and a container without one; a req
 reference; a card not shared (no consumedCapacity) is the whole card; a device not named by
 gpubus or another driver's result ignored; no allocation -> None. Follower: decided once per
 change (a repeat of the same claim publishes nothing), a second claim of the pod re-publishes the
-whole pod, the last claim's deletion publishes released; a pod that is gone publishes nothing.
+whole pod, the last claim's deletion publishes released; a pod that is gone publishes nothing;
+a refused list (RBAC not there yet) is tried again instead of ending the scheduler.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
+
+from asyncwait import wait_until
 
 from services.scheduler.dra_claims import pod_allocation
 from services.scheduler.dra_follow import ClaimFollower, slim
 from services.scheduler.ledger import Ledger, NodeInventory
 from shared.events import AllocationDecided, AllocationReleased, Event
+from shared.kube_errors import KubeRejected
 from shared.kube_types import Pod, WatchEvent
 from shared.model import DeviceInfo, DeviceUUID, NodeName
 
@@ -137,3 +142,34 @@ async def test_follower_ignores_a_pod_that_is_gone() -> None:
     await f.on_claim("ADDED", slim(claim("claim-a", result("gpu-0"))))
     await f.on_claim("DELETED", slim(claim("claim-a", result("gpu-0"))))
     assert bus.events == []
+
+
+class RefusedFirst(FakeApi):
+    """Lists are refused (403) twice, then answer one allocated claim; the watch then idles."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]], claims: list[dict[str, Any]]) -> None:
+        super().__init__(pods)
+        self.claims, self.lists = claims, 0
+
+    async def list_resource_claims(self) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        if self.lists <= 2:
+            raise KubeRejected("resourceclaims.resource.k8s.io is forbidden", code=403)
+        return self.claims, "1"
+
+    async def watch_resource_claims(self, resource_version: str) -> AsyncIterator[WatchEvent]:  # type: ignore[override]
+        await asyncio.Event().wait()
+        yield {"type": "BOOKMARK", "object": {}}
+
+
+async def test_a_refused_list_is_tried_again() -> None:
+    ledger = Ledger()
+    bus = Published()
+    api = RefusedFirst({"p": pod(("main", [{"name": "gpu"}]))}, [claim("claim-a", result("gpu-0"))])
+    task = asyncio.create_task(ClaimFollower(api, bus, ledger, retry_s=0.01).run())
+    try:
+        await wait_until(lambda: bool(bus.events), 10, what="allocation.decided after two refusals")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert api.lists == 3 and isinstance(bus.events[0], AllocationDecided)

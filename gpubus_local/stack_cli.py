@@ -58,6 +58,13 @@ class LogLevel(StrEnum):
     WARNING = "warning"
     ERROR = "error"
 
+class SharingMode(StrEnum):
+    """How pods get GPU slices on the real control plane (the chart's ``mode``)."""
+
+    EXTENDER = "extender"
+    DRA = "dra"
+
+
 class ControlPlaneKind(StrEnum):
     """What plays Kubernetes in ``gpubus up``."""
 
@@ -113,12 +120,22 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
              "kubernetes: the real v1.37 etcd, kube-apiserver, kube-scheduler and kubelets, built "
              "once by scripts/kube-build, with the Helm chart installed by the real helm.")]
     = ControlPlaneKind.SIM,
+    mode: Annotated[SharingMode, Opt(
+        case_sensitive=False,
+        help="With --control-plane kubernetes: extender (HAMi's way: scheduler extender and device "
+             "plugin) or dra (each GPU a DRA device with consumable memory and cores; kube-scheduler "
+             "allocates claims, the webhook turns nvidia.com/gpu limits into claims).")]
+    = SharingMode.EXTENDER,
 ) -> None:
     """Bring up a whole simulated GPU cluster on this machine: NATS, API server, webhook, scheduler, nodes."""
     setup_logging("info")
     if control_plane == ControlPlaneKind.KUBERNETES:
         raise typer.Exit(_up_kubernetes(nodes=nodes, devices=devices, data_dir=data_dir, nats=nats,
-                                        nats_port=nats_port, split_count=split_count, log_level=log_level))
+                                        nats_port=nats_port, split_count=split_count, log_level=log_level,
+                                        mode=mode))
+    if mode != SharingMode.EXTENDER:
+        raise typer.BadParameter("DRA mode needs the real kube-scheduler and kubelets: add "
+                                 "--control-plane kubernetes", param_hint="'--mode'")
     if nats_port and nats_port + nats_cluster - 1 > MAX_PORT:
         raise typer.BadParameter(f"a cluster of {nats_cluster} listens on --nats-port and the next ports: "
                                  f"{nats_port} leaves too few", param_hint="'--nats-port'")
@@ -136,7 +153,7 @@ def up(  # noqa: PLR0917 - typer maps parameters to the command line
 
 
 def _up_kubernetes(*, nodes: int, devices: str, data_dir: Path, nats: str | None, nats_port: int,
-                   split_count: int, log_level: LogLevel) -> int:
+                   split_count: int, log_level: LogLevel, mode: SharingMode) -> int:
     """``--control-plane kubernetes`` (:mod:`gpubus_local.kube.up`): the options that apply there."""
     if nats is not None:
         raise typer.BadParameter("the real control plane runs its own embedded NATS (per-node identity)",
@@ -144,7 +161,7 @@ def _up_kubernetes(*, nodes: int, devices: str, data_dir: Path, nats: str | None
     from gpubus_local.kube.stack import KubeStackSpec
     from gpubus_local.kube.up import up_kubernetes
     return up_kubernetes(KubeStackSpec(data_dir=data_dir, nodes=nodes, devices=devices, nats_port=nats_port,
-                                       split_count=split_count, log_level=log_level.value))
+                                       split_count=split_count, log_level=log_level.value, mode=mode.value))
 
 
 async def _up(spec: StackSpec) -> int:

@@ -187,6 +187,8 @@ class KubeClient:
         self._core = k8s.CoreV1Api(api_client)
         # Watches hold a connection each for minutes: a pool of their own keeps them from starving requests.
         self._watch_core = k8s.CoreV1Api(watch_client) if watch_client else self._core
+        self._resource = k8s.ResourceV1Api(api_client)
+        self._watch_resource = k8s.ResourceV1Api(watch_client) if watch_client else self._resource
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
 
     @classmethod
@@ -376,6 +378,16 @@ class KubeClient:
     async def list_resource_quotas(self, namespace: str) -> list[ResourceQuota]:
         body = await self._call("list resourcequotas", self._core.list_namespaced_resource_quota, namespace)
         return cast(list[ResourceQuota], body.get("items") or [])
+
+    async def list_resource_claims(self) -> tuple[list[dict[str, Any]], str]:
+        """Every ResourceClaim (``resource.k8s.io/v1``, all namespaces) and the list's resourceVersion."""
+        body = await self._call("list resourceclaims", self._resource.list_resource_claim_for_all_namespaces)
+        return list(body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
+
+    def watch_resource_claims(self, resource_version: str, *,
+                              timeout_seconds: int = WATCH_TIMEOUT_S) -> AsyncIterator[WatchEvent]:
+        method = self._watch_resource.list_resource_claim_for_all_namespaces
+        return self._watch("watch resourceclaims", method, resource_version, timeout_seconds, {})
 
     # watch -----------------------------------------------------------------
 

@@ -316,12 +316,12 @@ class KubeStack(StartStop):
         webhook = self._child("webhook", self._gpubus(
             "webhook", "--bind", "127.0.0.1", "--port", str(p.webhook), "--cert", str(self.tls.cert),
             "--key", str(self.tls.key), "--kubeconfig", str(await self.service_kubeconfig("webhook")),
-            "--nats", nats, "--scheduler-name", SCHEDULER_NAME), ca_probe)
+            "--nats", nats, "--scheduler-name", SCHEDULER_NAME, *self._webhook_mode()), ca_probe)
         scheduler_kubeconfig = await self.service_kubeconfig("scheduler")
         schedulers = [self._child(self._scheduler_name(i), self._gpubus(
             "scheduler", "--bind", "127.0.0.1", "--port", str(port),
             "--kubeconfig", str(scheduler_kubeconfig), "--nats", nats, "--scheduler-name", SCHEDULER_NAME,
-            "--replica-id", f"local-{i}"),
+            "--replica-id", f"local-{i}", *self._dra_driver()),
             http_probe(f"http://127.0.0.1:{port}/readyz")) for i, port in enumerate(p.schedulers)]
         dashboard = self._child("dashboard", self._gpubus(
             "dashboard", "--bind", "127.0.0.1", "--port", str(p.dashboard), "--nats", nats),
@@ -334,6 +334,16 @@ class KubeStack(StartStop):
             "--metrics-bind", "127.0.0.1", "--port", str(p.monitor), "--nats", nats),
             http_probe(f"http://127.0.0.1:{p.monitor}/metrics"))
         await self._start(monitor)
+
+    def _dra_driver(self) -> list[str]:
+        """DRA mode: the scheduler's leader follows claims, as the chart's scheduler Deployment runs it."""
+        return ["--dra-driver", "gpubus.io"] if self.spec.mode == "dra" else []
+
+    def _webhook_mode(self) -> list[str]:
+        """DRA mode: the webhook turns GPU limits into claims, as the chart's webhook Deployment runs it."""
+        if self.spec.mode != "dra":
+            return []
+        return ["--mode", "dra", "--dra-device-class", "gpubus.io", "--dra-driver", "gpubus.io"]
 
     @staticmethod
     def _scheduler_name(i: int) -> str:

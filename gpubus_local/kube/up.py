@@ -32,8 +32,9 @@ async def _serve(spec: KubeStackSpec) -> int:
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     stack = KubeStack(spec)
-    typer.echo(f"starting gpubus on the real Kubernetes control plane: {spec.nodes} nodes x {spec.devices} "
-               f"(data in {stack.data_dir}; a cold build of the binaries takes tens of minutes)")
+    typer.echo(f"starting gpubus on the real Kubernetes control plane in {spec.mode} mode: {spec.nodes} nodes"
+               f" x {spec.devices} (data in {stack.data_dir}; a cold build of the binaries takes tens of"
+               " minutes)")
     try:
         starting = asyncio.create_task(stack.start(), name="kube-stack-start")
         stopping = asyncio.create_task(stop.wait(), name="kube-stack-stop")
@@ -66,7 +67,9 @@ async def _serve(spec: KubeStackSpec) -> int:
 
 
 def _print_endpoints(stack: KubeStack) -> None:
-    typer.secho("gpubus is up on Kubernetes v1.37 (real API server, kube-scheduler and kubelets)",
+    how = ("DRA: claims allocated by kube-scheduler" if stack.spec.mode == "dra"
+           else "extender: scheduler extender and device plugin")
+    typer.secho(f"gpubus is up on Kubernetes v1.37 (real API server, kube-scheduler and kubelets; {how})",
                 fg="green", bold=True)
     for what, where in stack.endpoints().items():
         typer.echo(f"  {what:<16} {where}")

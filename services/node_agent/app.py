@@ -169,7 +169,8 @@ class NodeAgent(Component):
         # published from now on arrive in order, across reconnects; older ones come from the KV.
         self._subscription = await self.bus.route(DECISION_SUBJECTS, node_token(self.node), self._on_event)
         exits.push_async_callback(self._subscription.stop)
-        await self._rebuild_from_kv()
+        if self.dra is None:
+            await self._rebuild_from_kv()
         with contextlib.suppress(BusUnavailable):
             await self.bus.kv(LOCKS)  # opened now, so a release in an outage needs no extra request
         await self._reconcile_with_kubelet()
@@ -219,6 +220,8 @@ class NodeAgent(Component):
 
     # -- decisions -----------------------------------------------------------------------------
     async def _on_event(self, event: Event) -> None:
+        if self.dra is not None:
+            return  # DRA mode: the kubelet's prepare carries the claim; decisions are for the monitor
         if isinstance(event, AllocationDecided):
             self.leases.decided(event)
             self.handoff.decided(event.allocation)

@@ -15,18 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.node_agent.allocate import AllocateConfig, build_container_response
+from shared import dra as names
+from shared.dra import CORES, DRIVER, MEMORY, MIB
 from shared.model import ContainerDevice, DeviceInfo, DeviceUUID
 from shared.requests import parse_quantity
 
-DRIVER = "gpubus.io"
-"""The driver name: DeviceClass selector, ResourceSlice driver, kubelet plugin name."""
 CDI_VENDOR = "gpubus.io"
 CDI_CLASS = "gpu"
 CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
 CDI_VERSION = "0.6.0"
-MEMORY = "memory"
-CORES = "cores"
-MIB = 1 << 20
 UNHEALTHY_TAINT = f"{DRIVER}/unhealthy"
 CACHE_CONTAINER = "dra"
 """The container name part of a claim's HAMi-core cache dir (``<claim uid>_dra``): a claim may be
@@ -41,7 +38,7 @@ class BadClaim(ValueError):
 
 def device_name(device: DeviceInfo) -> str:
     """A GPU's DRA device name: ``gpu-<index>`` (a DNS label, stable across restarts)."""
-    return f"gpu-{device.index}"
+    return names.device_name(device.index)
 
 
 def slice_name(node: str, driver: str = DRIVER) -> str:

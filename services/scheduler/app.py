@@ -25,6 +25,7 @@ from aiohttp import web
 
 from services.scheduler.binder import Binder, BindOptions
 from services.scheduler.bindphase import BindPhaseWriter
+from services.scheduler.dra_follow import ClaimFollower
 from services.scheduler.errors import TLSConfigError
 from services.scheduler.extender import Extender
 from services.scheduler.fit import Policies
@@ -356,6 +357,10 @@ class SchedulerApp(Component):
             self.reconciler.pods_synced.set()  # no pods to watch
         else:
             self._leader_tasks.spawn("pods", self.reconciler.watch_pods(), root=True)
+        if self.settings.dra_driver and isinstance(self.kube, KubeClient):
+            follower = ClaimFollower(self.kube, self.bus, self.ledger, driver=self.settings.dra_driver,
+                                     clock=self.clock)
+            self._leader_tasks.spawn("dra-claims", follower.run(), root=True)
         if self.settings.preemption:
             self._refusals = await self.bus.subscribe("gpubus.pod.unschedulable.>", self.preemptor.on_event)
 

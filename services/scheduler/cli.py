@@ -66,6 +66,9 @@ def scheduler(
         bool | None, Opt("--legacy-metrics", help="HAMi's pre-v2.9 metric names.")
     ] = None,
     replica_id: Annotated[str | None, Opt(help="Identity in the leader lease (default host-pid).")] = None,
+    dra_driver: Annotated[str | None, Opt(
+        help="DRA mode: publish claims of this driver kube-scheduler allocated as allocation.decided.",
+    )] = None,
     resource_name: Annotated[str | None, Opt(help="Card count resource (nvidia.com/gpu).")] = None,
     resource_mem: Annotated[
         str | None, Opt(help="Memory resource; limits.<it> in a ResourceQuota caps a namespace.")
@@ -170,20 +173,32 @@ def _generated(manifest: dict[str, object]) -> str:
     return f"{prefix}*" if isinstance(prefix, str) and prefix else ""
 
 
-def explain_command(
+def explain_command(  # noqa: PLR0917 - typer maps parameters to the command line
     cluster: Annotated[
-        Path, typer.Option("--cluster", help="CLUSTER.json snapshot (nodes, devices, usage).")
-    ],
+        Path | None, typer.Option("--cluster", help="CLUSTER.json snapshot (nodes, devices, usage).")
+    ] = None,
     pod: Annotated[
-        Path, typer.Option("--pod", help="Pod manifest (YAML or JSON), annotations included.")
-    ],
+        Path | None, typer.Option("--pod", help="Pod manifest (YAML or JSON), annotations included.")
+    ] = None,
+    pending: Annotated[str | None, typer.Option(
+        "--pending", metavar="NAMESPACE/NAME",
+        help="DRA mode: a live pod whose claims wait; kube-scheduler's reason and each card's room.")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(help="For --pending (~/.kube/config).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the machine-readable report.")] = False,
     node_policy: Annotated[str, typer.Option(help="Default node policy (binpack|spread).")] = "binpack",
     gpu_policy: Annotated[str, typer.Option(help="Default GPU policy (spread|binpack|...).")] = "spread",
 ) -> None:
-    """Why is my pod Pending? Run the scheduler's filter and score on a snapshot."""
+    """Why is my pod Pending? Run the scheduler's filter and score on a snapshot (or, in DRA mode,
+    read a pending pod's claims and the cards' room from the cluster)."""
     try:
-        code, text = run_explain(cluster, pod, as_json=as_json, policy=policies(node_policy, gpu_policy))
+        if pending is not None:
+            from services.scheduler.explain_live import run_explain_pending
+            code, text = run_explain_pending(pending, kubeconfig or Path.home() / ".kube" / "config",
+                                             as_json=as_json)
+        elif cluster is None or pod is None:
+            raise BadInput("give --cluster and --pod (a snapshot), or --pending NAMESPACE/NAME (DRA, live)")
+        else:
+            code, text = run_explain(cluster, pod, as_json=as_json, policy=policies(node_policy, gpu_policy))
     except BadInput as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -67,6 +67,10 @@ class SchedulerSettings(ResourceNameSettings):
     label_pods: bool = True
     """Also set the label ``hami.io/vgpu-node`` (HAMi's monitor selects pods by it); it is written
     with the ``hami.io/bind-phase`` verdict patch, once the node-agent has run Allocate."""
+    dra_driver: str = ""
+    """DRA mode (or node pools in it): the leader follows the ResourceClaims of this driver that
+    kube-scheduler allocates and publishes them as ``allocation.decided``/``released``, so the
+    event stream reads as in extender mode. Empty: extender mode only, no claims followed."""
     quota_refresh_s: float = 10.0
     """How often each namespace's ResourceQuotas are re-read, seconds (there is no quota watch)."""
     quota_read_timeout_s: float = 2.0

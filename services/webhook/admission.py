@@ -8,6 +8,10 @@ privileged -> denied; schedulerName / nodeName; namespace quota. gpubus adds the
 ``hami.io/webhook=ignore`` pod label, the limiter tamper check (contract item 7) and a denial
 naming the container and resource for invalid quantities.
 
+In DRA mode (``AdmissionSettings.claims``) a GPU pod keeps its scheduler and, last, each GPU
+container's limits become a claim (:mod:`services.webhook.claims`); the decision lists the
+claim templates the pod names, for the edge to create.
+
 The mutations are made on a copy of the pod and the JSONPatch is the diff of the two, so
 running :func:`admit` on its own output yields no patch (``reinvocationPolicy: IfNeeded``).
 This module must not import aiohttp, nats or a Kubernetes client.
@@ -19,12 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from services.webhook import jsonpatch, limiter
+from services.webhook import claims, jsonpatch, limiter
 from services.webhook.errors import MalformedPod
 from services.webhook.quota import NO_QUOTA, QuotaView, exceeded, pod_demand
 from services.webhook.reviews import AdmissionRequest, PatchOp
 from shared.errors import RequestError
-from shared.model import ContainerRequest
+from shared.model import ContainerRequest, PodRequest
 from shared.requests import DEFAULT_NAMES, ResourceNames, checked_quantity, parse_quantity, pod_request
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -61,6 +65,8 @@ class Outcome(StrEnum):
     NODE_ASSIGNED = "NodeAssigned"
     QUOTA_EXCEEDED = "QuotaExceeded"
     MALFORMED_POD = "MalformedPod"
+    NOT_TRANSLATABLE = "NotTranslatable"
+    CLAIM_TEMPLATE_FAILED = "ClaimTemplateFailed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +88,9 @@ class AdmissionSettings:
     """Namespaces whose pods may set the limiter's env vars themselves."""
     preload_markers: tuple[str, ...] = limiter.DEFAULT_PRELOAD_MARKERS
     """Library name prefixes a container may not ``LD_PRELOAD`` (they sit in front of the limiter)."""
+    claims: claims.ClaimSettings | None = None
+    """DRA mode: GPU limits become ResourceClaims (:mod:`services.webhook.claims`) and the pod keeps
+    its scheduler (kube-scheduler allocates claims). None: extender mode (HAMi's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +109,9 @@ class AdmissionDecision:
     requests: tuple[ContainerRequest | None, ...] = ()
     """Per container, init first, derived from the mutated pod; None for a container without GPU."""
     scheduler_name: str = ""
+    templates: tuple[claims.ClaimTemplate, ...] = ()
+    """DRA mode: the ResourceClaimTemplates the patched pod names; the edge creates those missing
+    before it answers (none on a dry run)."""
 
     @property
     def mutations(self) -> tuple[str, ...]:
@@ -144,7 +156,11 @@ def _admit_pod(
         denial = _gpu_pod_denial(spec, namespace, s)
         if denial:
             return denial
-        if s.scheduler_name:
+        if s.claims is not None:
+            if spec.get("nodeName"):
+                return _deny(Outcome.NODE_ASSIGNED, "pod has node assigned: kube-scheduler would never "
+                             "allocate its GPU claim")
+        elif s.scheduler_name:
             # HAMi only refuses a preset node when it reroutes the pod to its own scheduler.
             new_spec["schedulerName"] = s.scheduler_name
             if spec.get("nodeName"):
@@ -158,6 +174,12 @@ def _admit_pod(
         if over is not None:
             why = f"ResourceQuota {over.quota}: limits.{over.resource} is {over.hard}"
             return _deny(Outcome.QUOTA_EXCEEDED, "exceeding resource quota", warnings=(why,))
+    templates: tuple[claims.ClaimTemplate, ...] = ()
+    if gpu and s.claims is not None:
+        try:
+            templates = _translate(new_spec, request, namespace or request.namespace, s.names, s.claims)
+        except claims.Untranslatable as e:
+            return _deny(Outcome.NOT_TRANSLATABLE, f"DRA mode: {e}", code=400)
     return AdmissionDecision(
         allowed=True,
         outcome=Outcome.ADMITTED,
@@ -166,7 +188,22 @@ def _admit_pod(
         patch=tuple(jsonpatch.diff(spec, new_spec, "/spec")),
         requests=tuple(c.request for c in request.containers),
         scheduler_name=str(new_spec.get("schedulerName") or ""),
+        templates=templates,
     )
+
+
+def _translate(new_spec: dict[str, object], request: PodRequest, namespace: str, names: ResourceNames,
+               settings: claims.ClaimSettings) -> tuple[claims.ClaimTemplate, ...]:
+    """DRA mode: each GPU container (slot order, as ``request``) to a claim of its shape."""
+    slots = [c for key in CONTAINER_KEYS for c in _list(new_spec.get(key), f"spec.{key}")]
+    shaped = [(c, claims.shape(r.request, request.annotations, settings.driver))
+              for c, r in zip(slots, request.containers, strict=True) if r.request is not None]
+    return claims.claim_pod(new_spec, shaped, names, namespace, settings)
+
+
+def template_failure(message: str) -> AdmissionDecision:
+    """The pod refused because a claim template it needs could not be made (the edge's call)."""
+    return _deny(Outcome.CLAIM_TEMPLATE_FAILED, message, code=500)
 
 
 def _mutate_containers(new_spec: dict[str, object], s: AdmissionSettings) -> bool | AdmissionDecision:

@@ -17,6 +17,7 @@ from services.webhook.metrics import WebhookMetrics
 from services.webhook.quota import QuotaView
 from services.webhook.server import Deps, build_runner
 from services.webhook.settings import WebhookSettings
+from services.webhook.templates import TemplateWriter
 from services.webhook.tls import CertReloader
 from shared.bus import BusSettings
 from shared.bus.metrics import BusStatsCollector
@@ -64,6 +65,8 @@ class Webhook(Component):
             max_body_bytes=self.settings.max_body_bytes,
             source=self.settings.source,
             bus_state=lambda: self.bus.state,
+            templates=(TemplateWriter(self.kube, ttl_s=self.settings.template_cache_ttl_s)
+                       if self.admission.claims else None),
         )
         runner = build_runner(deps)
         await runner.setup()

@@ -58,6 +58,10 @@ def webhook(
         str | None, Opt(help="Comma list of namespaces whose pods may set the limiter's env vars.")
     ] = None,
     quota_cache_ttl_s: Annotated[float | None, Opt(help="Seconds a namespace's quotas are reused.")] = None,
+    mode: Annotated[str | None, Opt(help="extender (HAMi's: scheduler extender + device plugin) or dra "
+                                         "(GPU limits become ResourceClaims).")] = None,
+    dra_device_class: Annotated[str | None, Opt(help="DRA mode: the DeviceClass claims name.")] = None,
+    dra_driver: Annotated[str | None, Opt(help="DRA mode: the driver of the device attributes.")] = None,
     common: CommonOptions,
 ) -> None:
     """Run the mutating admission webhook: HAMi's pod defaults, refusals and the gpubus scheduler name."""

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from aiohttp import hdrs, web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from services.webhook.admission import AdmissionDecision, AdmissionSettings, admit
+from services.webhook.admission import AdmissionDecision, AdmissionSettings, admit, template_failure
 from services.webhook.buslink import EventSink
 from services.webhook.errors import BadRequestKind, BadReview
 from services.webhook.events import event_for
 from services.webhook.metrics import WebhookMetrics
 from services.webhook.quota import NO_QUOTA, UNKNOWN, QuotaView
 from services.webhook.reviews import AdmissionRequest, decode_review, encode_failure, encode_response
+from services.webhook.templates import TemplateFailed, TemplateWriter
 from shared.quota_cache import QuotaCache
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class Deps:
     source: str = "webhook"
     bus_state: Callable[[], str] = lambda: "connecting"
     """``connected``, ``connecting`` or ``failed``; reported by /readyz, never required."""
+    templates: TemplateWriter | None = None
+    """DRA mode: makes the claim templates admitted pods name (None: the pod is refused if it needs one)."""
 
 
 def build_runner(deps: Deps) -> web.AppRunner:
@@ -78,7 +81,7 @@ def _review_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Respons
             api_version, req = decode_review(await _read_body(request, deps.max_body_bytes))
             creating = req.get("operation") == "CREATE"
             quotas = await _quotas(deps.quotas, str(req.get("namespace") or "")) if creating else NO_QUOTA
-            decision = admit(req, deps.settings, quotas)
+            decision = await _with_templates(deps, admit(req, deps.settings, quotas), req)
             body = encode_response(
                 api_version,
                 req["uid"],
@@ -96,6 +99,21 @@ def _review_handler(deps: Deps) -> Callable[[web.Request], Awaitable[web.Respons
             metrics.latency.observe(time.perf_counter() - started)
 
     return review
+
+
+async def _with_templates(deps: Deps, decision: AdmissionDecision,
+                          req: AdmissionRequest) -> AdmissionDecision:
+    """DRA mode: the templates the pod names exist before it is admitted (not on a dry run: the
+    configuration says ``sideEffects: NoneOnDryRun``); the pod is refused if one cannot be made."""
+    if not decision.allowed or not decision.templates or req.get("dryRun"):
+        return decision
+    try:
+        writer = deps.templates or TemplateWriter(None)
+        await writer.ensure(decision.templates)
+    except TemplateFailed as e:
+        log.warning("refused %s/%s: %s", req.get("namespace", ""), req.get("name", ""), e)
+        return template_failure(str(e))
+    return decision
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:

@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.webhook.admission import AdmissionSettings, GpuCorePolicy
+from services.webhook.claims import ClaimSettings
 from shared.resource_settings import ResourceNameSettings
 
 ENV_PREFIX = "GPUBUS_WEBHOOK_"
+MODES = ("extender", "dra")
 #: Bigger bodies are refused before they are parsed (contract: bodies over 1 MiB get a clear error).
 MAX_BODY_BYTES = 1 << 20
 
@@ -55,14 +57,29 @@ class WebhookSettings(ResourceNameSettings):
     """Kubeconfig for reading ResourceQuotas; with neither this nor ``in_cluster`` quotas are not checked."""
     in_cluster: bool = False
     """Use the pod's service account to reach the API server."""
+    mode: str = "extender"
+    """``extender``: HAMi's way (GPU pods to ``scheduler_name``, the device plugin hands out slices).
+    ``dra``: GPU limits become ResourceClaims of ``dra_device_class`` (templates made per namespace
+    and request shape), kube-scheduler allocates them; pod specs stay as they are."""
+    dra_device_class: str = "gpubus.io"
+    """DRA mode: the DeviceClass claims name (the chart's ``dra.deviceClassName``)."""
+    dra_driver: str = "gpubus.io"
+    """DRA mode: the driver whose device attributes card selectors read."""
+    template_cache_ttl_s: float = 300.0
+    """DRA mode: how long a claim template seen is not asked for again, seconds."""
     source: str = "webhook"
     """Stamped on every event as ``source``."""
     log_level: str = "info"
     log_json: bool = False
 
     def admission(self) -> AdmissionSettings:
-        """Raises ValueError for an unknown core policy (checked once, at start-up)."""
+        """Raises ValueError for an unknown core policy or mode (checked once, at start-up)."""
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        claims = (ClaimSettings(device_class=self.dra_device_class, driver=self.dra_driver)
+                  if self.mode == "dra" else None)
         return AdmissionSettings(
+            claims=claims,
             names=self.names(),
             scheduler_name=self.scheduler_name,
             force_overwrite_default_scheduler=self.force_overwrite_default_scheduler,

@@ -74,3 +74,43 @@ def test_node_agent_gets_its_dra_flags_and_host_dirs() -> None:
 def test_schema_rejects_bad_dra_values(values: dict[str, Any], where: str) -> None:
     with pytest.raises(helm.HelmError, match=where):
         render(values)
+
+
+def _webhook_rules(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(group, res, verb) for rule in find(docs, "ClusterRole", "gpubus-webhook")["rules"]
+            for group in rule["apiGroups"] for res in rule["resources"] for verb in rule["verbs"]}
+
+
+def _webhook_args(docs: list[dict[str, Any]]) -> list[str]:
+    pod = find(docs, "Deployment", "gpubus-webhook")["spec"]["template"]["spec"]
+    return list(next(c for c in pod["containers"] if c["name"] == "webhook")["args"])
+
+
+def test_webhook_translates_gpu_limits_only_in_dra_mode_with_the_least_rights() -> None:
+    """mode dra: the webhook runs with --mode=dra (flags the real CLI accepts), may create and get
+    claim templates and nothing else of resource.k8s.io, and says it has side effects except on a
+    dry run. Extender and node-label modes: none of that."""
+    docs = documents(DRA)
+    args = _webhook_args(docs)
+    assert {"--mode=dra", "--dra-device-class=gpubus.io", "--dra-driver=gpubus.io"} <= set(args)
+    parse("webhook", args[1:])
+    dra_rules = {r for r in _webhook_rules(docs) if r[0] == "resource.k8s.io"}
+    assert dra_rules == {("resource.k8s.io", "resourceclaimtemplates", "create"),
+                         ("resource.k8s.io", "resourceclaimtemplates", "get")}
+    [hook] = find(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert hook["sideEffects"] == "NoneOnDryRun"
+    for mode in ("extender", "node-label"):
+        docs = documents({"mode": mode})
+        assert not any(a.startswith("--mode") for a in _webhook_args(docs))
+        assert not [r for r in _webhook_rules(docs) if r[0] == "resource.k8s.io"]
+        assert find(docs, "MutatingWebhookConfiguration")["webhooks"][0]["sideEffects"] == "None"
+
+
+@pytest.mark.parametrize(("mode", "follows"), [("extender", False), ("dra", True), ("node-label", True)])
+def test_scheduler_follows_claims_where_any_node_may_be_dra(mode: str, follows: bool) -> None:
+    """The scheduler's leader publishes allocation.decided for the driver's claims (flags the real
+    CLI accepts); its kube-scheduler roles already let it list and watch claims."""
+    pod = find(documents({"mode": mode}), "Deployment", "gpubus-scheduler")["spec"]["template"]["spec"]
+    args = next(c for c in pod["containers"] if c["name"] == "scheduler")["args"]
+    assert ("--dra-driver=gpubus.io" in args) is follows
+    parse("scheduler", args[1:])

@@ -12,17 +12,26 @@ that would overflow it Pending; a claim bigger than any card Pending with kube-s
 reason; an unhealthy card tainted (and a claim for it Pending until it recovers); the pod's
 deletion unprepares (CDI spec and state gone, allocation.released); a
 node-agent restart keeps a prepared claim; the node-agent's token may write ResourceSlices but
-not delete a Node.
+not delete a Node. HAMi pod specs (the examples, unchanged) run as claims the webhook made from
+their nvidia.com/gpu limits; the webhook's token may create claim templates, nothing more; a
+template of gpubus's name that is not gpubus's refuses the pod; a dry run creates no template.
+The event stream as in extender mode: allocated -> allocation.decided (the scheduler's leader,
+with the pod's containers and the cards' shares), prepared -> allocation.applied, deleted ->
+allocation.released; the monitor reports the container's limit from them. ``gpubus explain
+--pending`` says why a claim waits: kube-scheduler's reason and each card's room.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from asyncwait import wait_until
@@ -30,10 +39,12 @@ from kube_harness import KubeE2E, kubectl, running_kube_stack
 
 from gpubus_local.kube.stack import NAMESPACE, KubeStack
 from services.node_agent.health import health_subject
+from services.webhook.claims import ClaimSettings, ClaimShape, template
 from shared.codec import decode
 
 pytestmark = pytest.mark.timeout(900)
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NODE = "node-1"
 GiB = 1 << 30
 ON_CARD_0 = 'device.attributes["gpubus.io"].index == 0'
@@ -313,3 +324,154 @@ async def test_node_token_may_write_slices_but_not_delete_nodes(kube: KubeE2E, t
     assert claims.stdout.strip() == "yes", claims.stderr
     refused = kubectl(stack, "delete", "node", NODE, "--dry-run=server", kubeconfig=kubeconfig)
     assert refused.returncode != 0 and "forbidden" in refused.stderr, refused.stderr
+
+
+def _create(stack: KubeStack, path: Path, *extra: str) -> str:
+    done = kubectl(stack, "create", "-f", str(path), "-o", "name", *extra)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().removeprefix("pod/")
+
+
+async def _claim_of(stack: KubeStack, pod: Json) -> Json:
+    [status] = pod["status"]["resourceClaimStatuses"]
+    claim = await _get(stack, f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/"
+                              f"{status['resourceClaimName']}")
+    assert claim is not None
+    return claim
+
+
+async def test_hami_pod_specs_run_unchanged_as_claims(kube: KubeE2E) -> None:
+    """examples/pod-small.yaml and pod-two-cards.yaml as they are: the webhook points each at a
+    claim template of its shape (made in the pod's namespace) and drops the nvidia.com limits;
+    kube-scheduler allocates, the node-agent prepares HAMi-core's limits from the claim."""
+    stack = kube.stack
+    small, two = _create(stack, EXAMPLES / "pod-small.yaml"), _create(stack, EXAMPLES / "pod-two-cards.yaml")
+    pods = await asyncio.gather(_running(stack, small), _running(stack, two))
+    for pod, shape in zip(pods, ("gpubus-1x8192mi-20c", "gpubus-2x16384mi-30c-"), strict=True):
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"].startswith(shape)
+        [container] = pod["spec"]["containers"]
+        assert container["resources"] == {"claims": [{"name": "gpubus-0"}]}, container["resources"]
+    small_claim, two_claim = await _claim_of(stack, pods[0]), await _claim_of(stack, pods[1])
+    [result] = small_claim["status"]["allocation"]["devices"]["results"]
+    assert result["consumedCapacity"] == {"memory": "8Gi", "cores": "20"}
+    env = _cdi_env(stack, small_claim["metadata"]["uid"])
+    assert (env["CUDA_DEVICE_MEMORY_LIMIT_0"], env["CUDA_DEVICE_SM_LIMIT"]) == ("8192m", "20")
+    results = two_claim["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == ["gpu-0", "gpu-1"]  # two cards, never one twice
+    env = _cdi_env(stack, two_claim["metadata"]["uid"])
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "16384m"
+    made = await _get(stack, "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates/"
+                             "gpubus-1x8192mi-20c")
+    assert made is not None and made["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpubus-webhook"
+    await _delete(stack, f"pod/{small}", f"pod/{two}")
+
+
+async def test_webhook_token_may_create_claim_templates_and_nothing_more(kube: KubeE2E) -> None:
+    """The chart's webhook ServiceAccount in DRA mode: create and get claim templates; changing or
+    deleting one, or making a claim, refused by the real API server."""
+    stack = kube.stack
+    kubeconfig = await stack.service_kubeconfig("webhook")
+
+    def can(*args: str) -> str:
+        return kubectl(stack, "auth", "can-i", *args, kubeconfig=kubeconfig).stdout.strip()
+    assert can("create", "resourceclaimtemplates.resource.k8s.io", "-n", "default") == "yes"
+    assert can("get", "resourceclaimtemplates.resource.k8s.io", "-n", "default") == "yes"
+    for verb in ("update", "delete", "list"):
+        assert can(verb, "resourceclaimtemplates.resource.k8s.io", "-n", "default") == "no", verb
+    assert can("create", "resourceclaims.resource.k8s.io", "-n", "default") == "no"
+    _apply(stack, _template("gpubus-victim"))
+    refused = kubectl(stack, "delete", "resourceclaimtemplate", "gpubus-victim", "-n", "default",
+                      "--dry-run=server", kubeconfig=kubeconfig)
+    assert refused.returncode != 0 and "forbidden" in refused.stderr, refused.stderr
+    await _delete(stack, "resourceclaimtemplate/gpubus-victim")
+
+
+async def test_a_template_not_made_by_gpubus_refuses_the_pod(kube: KubeE2E, tmp_path: Path) -> None:
+    """Someone else's template under the name gpubus would give the shape: the pod is refused,
+    saying so, instead of getting that template's claim. A dry run creates no template."""
+    stack = kube.stack
+    shape = ClaimShape(count=1, memory_mib=4000, cores=10)
+    squatter = template(shape, "default", ClaimSettings()).body
+    squatter["metadata"]["annotations"] = {}
+    squatter["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = "70Gi"
+    _apply(stack, squatter)
+    pod = tmp_path / "pod.json"
+    pod.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra-squatted", "namespace": "default"},
+        "spec": {"containers": [{"name": "main", "image": "cuda:12.4", "resources": {"limits": {
+            "nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 10}}}]}}))
+    refused = kubectl(stack, "create", "-f", str(pod))
+    assert refused.returncode != 0 and "is not the one gpubus would make" in refused.stderr, refused.stderr
+    await _delete(stack, f"resourceclaimtemplate/{shape.template_name}")
+
+    dry = ClaimShape(count=1, memory_mib=4001, cores=10).template_name
+    pod.write_text(pod.read_text().replace("4000", "4001"))
+    _create(stack, pod, "--dry-run=server")
+    templates = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaimtemplates"
+    assert await _get(stack, f"{templates}/{dry}") is None
+
+
+async def _monitor_limit(stack: KubeStack, pod: str) -> float | None:
+    """The monitor's hami_vgpu_memory_limit_bytes for ``pod``'s container, if it reports one."""
+    url = f"http://127.0.0.1:{stack.ports.monitor}/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as r:
+        text = await r.text()
+    for line in text.splitlines():
+        if line.startswith("hami_vgpu_memory_limit_bytes{") and f'pod="{pod}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_events_read_as_in_extender_mode(kube: KubeE2E) -> None:
+    """A HAMi pod in DRA mode: allocation.decided when kube-scheduler allocated its claim (its
+    container, card and share), allocation.applied when prepared, allocation.released once gone;
+    the monitor shows the container's 8 GiB limit meanwhile; no mismatch or failure is reported."""
+    stack = kube.stack
+    seen: list[Any] = []
+    sub = await kube.bus.nc.subscribe("gpubus.allocation.>", cb=_collect(seen))
+    try:
+        name = _create(stack, EXAMPLES / "pod-small.yaml")
+        pod = await _running(stack, name)
+        uid = pod["metadata"]["uid"]
+
+        def of_pod(kind: str) -> list[Any]:
+            def uid_of(e: Any) -> str | None:
+                return getattr(e, "pod_uid", None) or getattr(getattr(e, "allocation", None), "pod_uid", None)
+            return [e for e in seen if kind == e.KIND and uid_of(e) == uid]
+        await wait_until(lambda: bool(of_pod("allocation.decided") and of_pod("allocation.applied")), 60,
+                         what="allocation.decided and .applied for the pod")
+        a = of_pod("allocation.decided")[0].allocation
+        assert (a.namespace, a.name, a.node, a.containers) == ("default", name, NODE, ("main",))
+        [[card]] = a.devices
+        assert (card.usedmem, card.usedcores) == (8192, 20) and card.uuid.startswith("GPU-")
+        assert of_pod("allocation.applied")[0].device_ids == (card.uuid,)
+        async def reported() -> bool:
+            return await _monitor_limit(stack, name) == 8192 * (1 << 20)
+        await wait_until(reported, 60, what="the monitor reporting the pod's 8 GiB limit")
+        await _delete(stack, f"pod/{name}")
+        await wait_until(lambda: bool(of_pod("allocation.released")), 120,
+                         what="allocation.released for the pod")
+        # the node-agent in DRA mode takes no decision for a device-plugin handoff to check
+        assert not of_pod("allocation.mismatch") and not of_pod("allocation.failed")
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_explain_says_why_a_pending_claim_waits(kube: KubeE2E) -> None:
+    """A HAMi pod asking 100 GiB of a card, run as a claim: `gpubus explain --pending` prints
+    kube-scheduler's FailedScheduling reason and, per card, that 102400 MiB is more than is free;
+    exit code 1 (no node has room)."""
+    stack = kube.stack
+    _apply(stack, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra-why", "namespace": "default"},
+                   "spec": {"containers": [{"name": "main", "image": "cuda:12.4", "resources": {"limits": {
+                       "nvidia.com/gpu": 1, "nvidia.com/gpumem": 102400}}}]}})
+    await kube.wait_event("dra-why", "FailedScheduling", timeout=60)
+    argv = [sys.executable, "-m", "gpubus", "explain", "--pending", "default/dra-why",
+            "--kubeconfig", str(stack.kubeconfig)]
+    done = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60,
+                                   check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "kube-scheduler: " in done.stdout and "cannot allocate all claims" in done.stdout, done.stdout
+    assert done.stdout.count("memory: asks 102400 MiB") == 2, done.stdout  # both cards
+    assert "nodes with 1 fitting card(s): none" in done.stdout
+    await _delete(stack, "pod/dra-why")

@@ -1,7 +1,9 @@
-"""``gpubus up --control-plane kubernetes`` as a user runs it: up, an example Running, Ctrl-C, nothing left.
+"""``gpubus up --control-plane kubernetes`` as a user runs it: up, an example Running, Ctrl-C, nothing left,
+in both modes (``--mode extender``, the default, and ``--mode dra``, where the same example runs as
+a claim the webhook made).
 
 Also the option checks that need no cluster: ``--nats`` is refused there (per-node identity needs
-the embedded NATS) with exit code 2.
+the embedded NATS), and ``--mode dra`` without the real control plane, each with exit code 2.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from asyncwait import wait_until
@@ -47,12 +50,20 @@ def test_nats_url_is_refused_on_the_real_control_plane(tmp_path: Path) -> None:
     assert "--nats" in done.stderr
 
 
-async def test_up_runs_an_example_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+def test_dra_mode_is_refused_on_the_simulator(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "gpubus", "up", "--data-dir", str(tmp_path / "up"), "--mode", "dra"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "--mode" in done.stderr and "--control-plane kubernetes" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["extender", "dra"])
+async def test_up_runs_an_example_and_ctrl_c_stops_everything(tmp_path: Path, mode: str) -> None:
     binaries = kube_binaries()
     data_dir = tmp_path / "up"
     out = asyncio.subprocess.PIPE
-    proc = await asyncio.create_subprocess_exec(*_up(data_dir, "--nodes", "1"), cwd=ROOT, stdout=out,
-                                                stderr=asyncio.subprocess.STDOUT)
+    proc = await asyncio.create_subprocess_exec(*_up(data_dir, "--nodes", "1", "--mode", mode), cwd=ROOT,
+                                                stdout=out, stderr=asyncio.subprocess.STDOUT)
     assert proc.stdout is not None
     seen: list[str] = []
     try:
@@ -67,11 +78,17 @@ async def test_up_runs_an_example_and_ctrl_c_stops_everything(tmp_path: Path) ->
                                        capture_output=True, text=True, timeout=60, check=True)
         created = made.stdout.strip()
 
+        pods: list[dict[str, Any]] = []
+
         async def phase() -> bool:
             done = await asyncio.to_thread(subprocess.run, [*kubectl, "get", created, "-o", "json"],
                                            capture_output=True, text=True, timeout=60, check=True)
-            return json.loads(done.stdout).get("status", {}).get("phase") in ("Running", "Succeeded")
+            pods[:] = [json.loads(done.stdout)]
+            return pods[0].get("status", {}).get("phase") in ("Running", "Succeeded")
         await wait_until(phase, 120, what=f"{created} Running")
+        claims = pods[0]["spec"].get("resourceClaims")
+        assert bool(claims) is (mode == "dra"), pods[0]["spec"]
+        assert any(f"in {mode} mode" in line for line in seen), seen
         proc.send_signal(signal.SIGINT)
         async with asyncio.timeout(120):
             rest = (await proc.stdout.read()).decode()

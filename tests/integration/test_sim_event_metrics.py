@@ -56,8 +56,7 @@ async def test_the_nodes_monitor_serves_the_kubelets_event_counters(tmp_path: Pa
     spec = NodesSpec(nodes=2, devices="1xA100-80GB", kubeconfig=tmp_path / "kubeconfig", nats_url="",
                      metrics_port=0, monitor_interval_s=3600.0)
     monitor = build_monitor(spec, list(sims), None, sims)
-    await monitor.start()
-    try:
+    async with monitor:
         for sim in sims.values():
             for _ in range(2):  # the first is dropped (queue full), its repeat by the spam filter
                 sim.events.record(pod_reference({"metadata": {"name": "p", "namespace": "n"}}), "Warning",
@@ -66,8 +65,6 @@ async def test_the_nodes_monitor_serves_the_kubelets_event_counters(tmp_path: Pa
         async with aiohttp.ClientSession() as session, session.get(url) as response:
             assert response.status == 200
             got = counters(await response.text())
-    finally:
-        await monitor.stop()
     assert {name: value for name, (_, value) in got.items()} == {
         "gpubus_sim_events_created": 0.0, "gpubus_sim_events_patched": 0.0, "gpubus_sim_events_spam": 2.0,
         "gpubus_sim_events_dropped": 2.0, "gpubus_sim_events_failed": 0.0, "gpubus_sim_events_retries": 0.0}

@@ -11,9 +11,8 @@ from collections import defaultdict
 from typing import Any
 
 from shared.annotations import collapse_usage, mig_profile_wire
-from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, read_typed
 from shared.codec import to_wire
-from shared.errors import EventDecodeError
 from shared.events import Inventory
 from shared.inventory_entries import decode_inventory_entry
 from shared.ledger_entries import decode_entry
@@ -50,27 +49,13 @@ def cluster_json(inventories: list[Inventory], allocations: list[Allocation]) ->
     return {"nodes": nodes}
 
 
-def _inventory(key: str, value: bytes) -> Inventory | None:
-    try:
-        return decode_inventory_entry(key, value)
-    except EventDecodeError:
-        return None
-
-
-def _allocation(key: str, value: bytes) -> Allocation | None:
-    try:
-        return decode_entry(key, value)
-    except EventDecodeError:
-        return None
-
-
 async def snapshot(settings: BusSettings) -> dict[str, Any]:
+    """The cluster as :func:`cluster_json` draws it; entries that cannot be decoded are logged and
+    left out."""
     bus = await Bus.connect(settings, source="snapshot")
     try:
-        inventory = await (await bus.kv(INVENTORY)).items()
-        ledger = await (await bus.kv(ALLOCATIONS)).items()
+        inventory = await read_typed(await bus.kv(INVENTORY), decode_inventory_entry)
+        ledger = await read_typed(await bus.kv(ALLOCATIONS), decode_entry)
     finally:
         await bus.close()
-    invs = [i for i in (_inventory(k, e.value) for k, e in inventory.items()) if i is not None]
-    allocs = [a for a in (_allocation(k, e.value) for k, e in ledger.items()) if a is not None]
-    return cluster_json(invs, allocs)
+    return cluster_json(list(inventory.values.values()), list(ledger.values.values()))

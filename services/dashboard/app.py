@@ -29,17 +29,15 @@ from services.dashboard.server import Deps, Pulse, build_app
 from services.dashboard.settings import DashboardSettings
 from services.dashboard.timeline import Raw, Timeline, absorb
 from services.dashboard.view import ClusterView
-from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, stream
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, read_typed, stream
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
 from shared.errors import BadInput, BusUnavailable, EventDecodeError
-from shared.events import Inventory
 from shared.inventory_entries import decode_inventory_entry
 from shared.kube import KubeClient
 from shared.kube_config import kube_client
 from shared.ledger_entries import decode_entry
 from shared.lifetime import Lifetime
-from shared.model import Allocation
 from shared.service import bound_port
 from shared.tasks import cancel_and_wait
 
@@ -117,28 +115,14 @@ class Dashboard(Component):
     # -- the live view ------------------------------------------------------------------------
     async def _seed(self, now: float) -> None:
         """The buckets' current entries; an undecodable one is counted and skipped."""
-        inventories = [i for i in (self._inventory(k, e.value) for k, e in
-                                   (await (await self.bus.kv(INVENTORY)).items()).items()) if i is not None]
-        allocations = [a for a in (self._allocation(k, e.value) for k, e in
-                                   (await (await self.bus.kv(ALLOCATIONS)).items()).items()) if a is not None]
-        self.timeline.seed(inventories, allocations, now)
-        log.info("dashboard seeded with %d nodes and %d allocations", len(inventories), len(allocations))
+        inventories = await read_typed(await self.bus.kv(INVENTORY), decode_inventory_entry, self._count_bad)
+        allocations = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad)
+        self.timeline.seed(list(inventories.values.values()), list(allocations.values.values()), now)
+        log.info("dashboard seeded with %d nodes and %d allocations",
+                 len(inventories.values), len(allocations.values))
 
-    def _inventory(self, key: str, value: bytes) -> Inventory | None:
-        try:
-            return decode_inventory_entry(key, value)
-        except EventDecodeError as e:
-            self.stats.undecodable += 1
-            log.warning("skipping undecodable inventory entry %s: %s", key, e)
-            return None
-
-    def _allocation(self, key: str, value: bytes) -> Allocation | None:
-        try:
-            return decode_entry(key, value)
-        except EventDecodeError as e:
-            self.stats.undecodable += 1
-            log.warning("skipping undecodable allocations entry %s: %s", key, e)
-            return None
+    def _count_bad(self, key: str, error: EventDecodeError) -> None:
+        self.stats.undecodable += 1
 
     def _on_raw(self, raw: Raw, pending: int) -> None:
         behind = not self.timeline.caught_up

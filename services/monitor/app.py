@@ -30,15 +30,15 @@ from services.monitor.settings import MonitorSettings, SourceKind
 from services.monitor.sources.hamicore import CONTAINERS_DIR, HamiCoreSource
 from services.monitor.sources.nvml import NvmlPort, NvmlSource, PynvmlPort
 from services.monitor.sources.sim import SimSource
-from shared.bus import ALLOCATIONS, ANY, INVENTORY, Bus, BusSettings, BusStats
+from shared.bus import ALLOCATIONS, ANY, INVENTORY, Bus, BusSettings, BusStats, read_typed
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
 from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
 from shared.inventory_entries import decode_inventory_entry
+from shared.kv_reading import decode_one
 from shared.ledger_entries import decode_entry
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
-from shared.model import Allocation
 from shared.service import bound_port
 
 log = logging.getLogger(__name__)
@@ -173,12 +173,15 @@ class MonitorApp(Component):
             m.cleanup()
 
     async def resync(self) -> None:
-        """Rebuild every ledger from the ``allocations`` bucket (and devices from ``inventory``)."""
+        """Rebuild every ledger from the ``allocations`` bucket (and devices from ``inventory``).
+
+        An entry that is undecodable, or names another pod than its key (it would replace that
+        pod's own entry in the ledger while KV keeps both), is counted and skipped."""
         assert self.bus is not None
         try:
-            entries = await (await self.bus.kv(ALLOCATIONS)).items()
+            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad)
             inventory = await self.bus.kv(INVENTORY)
-            allocations = [a for a in (self._decode(k, e.value) for k, e in entries.items()) if a is not None]
+            allocations = list(ledger.values.values())
             self._holders = {a.pod_uid: a.node for a in allocations if a.node in self.monitors}
             for m in self.monitors.values():
                 m.ledger.replace_all(allocations)
@@ -189,23 +192,12 @@ class MonitorApp(Component):
             log.warning("ledger resync failed, keeping the current view: %s", e)
 
     def _set_devices(self, monitor: Monitor, value: bytes) -> None:
-        try:
-            inventory = decode_inventory_entry(monitor.node, value)
-        except EventDecodeError as e:
-            self.ledger_decode_errors += 1
-            log.warning("skipping inventory entry of %s: %s", monitor.node, e)
-            return
-        monitor.ledger.devices = inventory.devices
+        inventory = decode_one(INVENTORY, monitor.node, value, decode_inventory_entry, self._count_bad)
+        if inventory is not None:
+            monitor.ledger.devices = inventory.devices
 
-    def _decode(self, key: str, value: bytes) -> Allocation | None:
-        """The entry under ``key``; None (counted) when undecodable or naming another pod, which
-        would replace that pod's own entry in the ledger while KV keeps both."""
-        try:
-            return decode_entry(key, value)
-        except EventDecodeError as e:
-            self.ledger_decode_errors += 1
-            log.warning("skipping allocations entry %s: %s", key, e)
-            return None
+    def _count_bad(self, key: str, error: EventDecodeError) -> None:
+        self.ledger_decode_errors += 1
 
     async def on_event(self, event: Event) -> None:
         """Route a ledger or inventory event to the monitor(s) it concerns."""

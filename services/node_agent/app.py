@@ -36,7 +36,7 @@ from services.node_agent.publisher import InventoryPublisher
 from services.node_agent.settings import MODE_LABEL, NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
 from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, Verifier
-from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings, Route
+from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings, Route, read_typed
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
 from shared.config import SettingsError
@@ -232,22 +232,20 @@ class NodeAgent(Component):
 
     async def _rebuild_from_kv(self) -> None:
         try:
-            entries = await (await self.bus.kv(ALLOCATIONS)).items()
+            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad_entry)
         except BusUnavailable as e:
             log.warning("cannot rebuild pending decisions from KV now: %s", e)
             return
-        allocations = []
-        for key, entry in entries.items():
-            try:
-                allocations.append(decode_entry(key, entry.value))
-            except EventDecodeError as e:
-                self.metrics.bad_requests.labels(method="allocations_kv").inc()
-                log.warning("allocations/%s skipped: %s", key, e)
+        allocations = list(ledger.values.values())
         log.info("rebuilt %d pending decisions for %s from KV", self.handoff.rebuild(allocations), self.node)
         mig = [d.id for d in self.advertised.snapshot.devices if d.mode == DeviceMode.MIG]
         if mig:
             mine = [a for a in allocations if a.node == self.node]
-            await self.handoff.recover_mig(mig, mine, destroy=len(allocations) == len(entries))
+            # a skipped entry might be one of ours: never destroy a MIG instance on a partial view
+            await self.handoff.recover_mig(mig, mine, destroy=not ledger.skipped)
+
+    def _count_bad_entry(self, key: str, error: EventDecodeError) -> None:
+        self.metrics.bad_requests.labels(method="allocations_kv").inc()
 
     async def _reconcile_with_kubelet(self) -> None:
         if self.pod_resources is None or not len(self.handoff.table):

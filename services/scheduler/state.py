@@ -2,7 +2,10 @@
 
 At start it reads both buckets in one bulk pass each (no per-key requests), then watches them from
 the snapshot's revision so nothing falls in between, and follows ``gpubus.inventory.>`` heartbeats.
-Only then is it ``ready``: a restarted scheduler is correct from its first filter call.
+Only then is it ``ready``: a restarted scheduler is correct from its first filter call. Each entry,
+loaded or watched, is decoded by the shared rule (:func:`shared.kv_reading.decode_one`) one at a
+time rather than through the bulk reader: an entry no newer than the ledger's (the echo of its own
+write) is not decoded at all, and a skipped entry is counted by ``kind`` (key mismatch or not).
 
 It is also the only writer of the ``allocations`` bucket (used by the leader): every write is applied
 to the in-memory ledger first (or with the revision NATS returned), so the watch echo changes nothing.
@@ -25,6 +28,7 @@ from shared.bus import ALLOCATIONS, INVENTORY, KV, Bus, Entry, Subscription, Wat
 from shared.errors import BusUnavailable, CasConflict, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
 from shared.inventory_entries import decode_inventory_entry
+from shared.kv_reading import decode_one
 from shared.ledger_entries import KeyMismatch, decode_allocation, decode_entry, encode_allocation
 from shared.model import Allocation, AllocationState, NodeName, PodUID
 
@@ -50,6 +54,11 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _skip_kind(error: EventDecodeError) -> str:
+    """The ``kind`` label of a skipped KV entry: one under another's key, or one not decodable."""
+    return "key_mismatch" if isinstance(error, KeyMismatch) else "undecodable"
 
 
 def _came_back(held: NodeInventory | None, event: Inventory, now: float) -> bool:
@@ -134,17 +143,12 @@ class State:
     # --- following -------------------------------------------------------------------------
 
     def _on_inventory_entry(self, node: NodeName, entry: Entry, *, loaded_at: float | None = None) -> None:
-        try:
-            event = decode_inventory_entry(node, entry.value)
-        except KeyMismatch as e:
-            self._input_error(f"kv/{INVENTORY}", "key_mismatch", f"{e}; ignored")
-            return
-        except EventDecodeError as e:
-            self._input_error(
-                f"kv/{INVENTORY}", "undecodable", f"inventory entry for {node} is unusable: {e}"
-            )
-            return
-        self.set_inventory(node, event, loaded_at=loaded_at, source=f"kv/{INVENTORY}")
+        event = decode_one(INVENTORY, node, entry.value, decode_inventory_entry, self._skipped_inventory)
+        if event is not None:
+            self.set_inventory(node, event, loaded_at=loaded_at, source=f"kv/{INVENTORY}")
+
+    def _skipped_inventory(self, key: str, error: EventDecodeError) -> None:
+        self._on_input_error(f"kv/{INVENTORY}", _skip_kind(error))
 
     def set_inventory(
         self,
@@ -200,16 +204,12 @@ class State:
         held = self.ledger.revision(PodUID(key))
         if held is not None and held >= entry.revision:
             return  # the echo of our own write (or older): nothing to decode
-        try:
-            allocation = decode_entry(key, entry.value)
-        except KeyMismatch as e:
-            self._input_error(f"kv/{ALLOCATIONS}", "key_mismatch", f"{e}; ignored")
-            return
-        except EventDecodeError as e:
-            self._input_error(f"kv/{ALLOCATIONS}", "undecodable", f"ledger entry {key} is unusable: {e}")
-            return
-        if self.ledger.apply(allocation, entry.revision):
+        allocation = decode_one(ALLOCATIONS, key, entry.value, decode_entry, self._skipped_allocation)
+        if allocation is not None and self.ledger.apply(allocation, entry.revision):
             self._changed(allocation.node)
+
+    def _skipped_allocation(self, key: str, error: EventDecodeError) -> None:
+        self._on_input_error(f"kv/{ALLOCATIONS}", _skip_kind(error))
 
     def _input_error(self, source: str, kind: str, message: str) -> None:
         self._on_input_error(source, kind)

@@ -14,6 +14,7 @@ from shared.bus.lease import Lease, OwnerCheck
 from shared.bus.schema import QUERY_TOKEN, event_subjects
 from shared.bus.settings import BusSettings
 from shared.bus.stats import BusStats
+from shared.bus.typed_kv import read_typed
 
 __all__ = [
     "ALLOCATIONS",
@@ -46,4 +47,5 @@ __all__ = [
     "Watch",
     "WatchCallback",
     "event_subjects",
+    "read_typed",
 ]

@@ -77,6 +77,8 @@ class KubeStackSpec:
     nats_port: int = 0
     nats_args: tuple[str, ...] = ()
     """Extra nats-server arguments (e.g. ``-m PORT`` for its monitoring endpoint)."""
+    scheduler_args: tuple[str, ...] = ()
+    """Extra ``gpubus scheduler`` arguments for every replica (e.g. ``--preemption-hold 300``)."""
     feature_gates: str = ""
     runtime_config: str = ""
     ready_timeout_s: float = 180.0
@@ -321,7 +323,7 @@ class KubeStack(StartStop):
         schedulers = [self._child(self._scheduler_name(i), self._gpubus(
             "scheduler", "--bind", "127.0.0.1", "--port", str(port),
             "--kubeconfig", str(scheduler_kubeconfig), "--nats", nats, "--scheduler-name", SCHEDULER_NAME,
-            "--replica-id", f"local-{i}", *self._dra_driver()),
+            "--replica-id", f"local-{i}", *self._dra_driver(), *self.spec.scheduler_args),
             http_probe(f"http://127.0.0.1:{port}/readyz")) for i, port in enumerate(p.schedulers)]
         dashboard = self._child("dashboard", self._gpubus(
             "dashboard", "--bind", "127.0.0.1", "--port", str(p.dashboard), "--nats", nats),

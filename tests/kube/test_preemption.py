@@ -37,7 +37,11 @@ FILL_MIB, BIG_MIB = 20000, 40000
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def kube(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[KubeE2E]:
-    async with running_kube_stack(tmp_path_factory.mktemp("kube"), nodes=1, devices="2xA100-80GB") as handle:
+    # The room is held longer than any test here waits for its pod (180 s): on a loaded machine
+    # kube-scheduler may retry the pod late, and a hold that lapsed first would plan again and
+    # evict a second set of victims, which is the hold's rule, not the case under test.
+    async with running_kube_stack(tmp_path_factory.mktemp("kube"), nodes=1, devices="2xA100-80GB",
+                                  scheduler_args=("--preemption-hold", "300")) as handle:
         docs = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                  "metadata": {"name": c["name"]}, "value": c["value"],
                  **({"preemptionPolicy": c["preemptionPolicy"]} if "preemptionPolicy" in c else {})}

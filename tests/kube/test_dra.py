@@ -206,6 +206,7 @@ async def test_deleting_the_pod_unprepares_its_claim(kube: KubeE2E) -> None:
     stack = kube.stack
     released: list[Any] = []
     sub = await kube.bus.nc.subscribe("gpubus.allocation.released.>", cb=_collect(released))
+    await kube.bus.nc.flush()  # the server has the subscription before anything it must see happens
     try:
         _apply(stack, _template("gpubus-gpu-10g"), _pod("dra-tmpl", template="gpubus-gpu-10g"))
         await _running(stack, "dra-tmpl")
@@ -429,6 +430,9 @@ async def test_events_read_as_in_extender_mode(kube: KubeE2E) -> None:
     stack = kube.stack
     seen: list[Any] = []
     sub = await kube.bus.nc.subscribe("gpubus.allocation.>", cb=_collect(seen))
+    # the server has the subscription before the pod exists (kubectl below blocks the loop, so
+    # an unflushed SUB could reach it after the claim was allocated and prepared)
+    await kube.bus.nc.flush()
     try:
         name = _create(stack, EXAMPLES / "pod-small.yaml")
         pod = await _running(stack, name)

@@ -29,6 +29,11 @@ def sockets() -> set[str]:
     return held
 
 
+#: How long a closed part may take to let go of its socket or task (gRPC's core closes its
+#: listeners on its own threads: seconds on a loaded machine), before it counts as left open.
+LEAK_WAIT_S = 30.0
+
+
 def tasks() -> set[asyncio.Task[Any]]:
     return {t for t in asyncio.all_tasks() if not t.done()}
 
@@ -38,8 +43,8 @@ async def nothing_left_open() -> AsyncIterator[None]:
     """Wrap a block that must fail: no socket or task it made may outlive it."""
     sockets_before, tasks_before = sockets(), tasks()
     yield
-    await wait_until(lambda: not (sockets() - sockets_before), timeout=5.0,
+    await wait_until(lambda: not (sockets() - sockets_before), timeout=LEAK_WAIT_S,
                      what="the failed start's sockets to close")
     # a drained subscription's reader task ends a loop turn after its drain returns
-    await wait_until(lambda: tasks() <= tasks_before, timeout=5.0,
+    await wait_until(lambda: tasks() <= tasks_before, timeout=LEAK_WAIT_S,
                      what=f"the failed start's tasks to end: {tasks() - tasks_before}")

@@ -304,6 +304,8 @@ class Preemptor:
             if now >= hold.expires_at or (own is not None and own.state is not AllocationState.RESERVED):
                 self._release(uid)  # timed out, or bound (the pod's decided entry holds its room)
                 continue
+            if hold.reserved:
+                continue  # the pod's own reservation holds the room: no placeholder comes back
             gone = [v for v in hold.victims if self._ledger.entry(v) is None]
             for v in gone:
                 placeholder = PodUID(PLACEHOLDER + v)

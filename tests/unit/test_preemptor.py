@@ -213,6 +213,15 @@ async def test_the_freed_room_is_held_until_the_pod_binds() -> None:
     await asyncio.sleep(0)  # the requeue patch is a task of its own
     assert api.requeued == ["urgent"]
 
+    # any later change on the node (here the end of the eviction round itself, when the victims
+    # left during it) must not bring the placeholders back beside the pod's reservation: filter
+    # drops that reservation to judge the pod afresh, and placeholders would then refuse it
+    preemptor.on_change(N1)
+    assert ledger.entry(PodUID(PLACEHOLDER + "low-0-0")) is None
+    assert ledger.entry(PodUID(PLACEHOLDER + "low-0-1")) is None
+    ledger.delete(PodUID("urgent"))  # what filter's drop_provisional does before its Fit
+    assert placement.decide(_request("urgent", 40_000), N1, NOW).fit
+
     ledger.apply(Allocation(pod_uid=PodUID("urgent"), namespace="ns", name="urgent", node=N1,
                             devices=held.devices, containers=("c",)), 99)  # bound: decided
     preemptor.on_change(N1)

@@ -16,7 +16,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from asyncwait import wait_until
 from e2e_invariants import Facts, changes_unseen, check, live_gpu_pod
@@ -29,6 +29,7 @@ from shared.kube import list_and_watch_pods
 from shared.kube_types import Pod as KubePod
 
 Pod = dict[str, Any]
+H = TypeVar("H", bound="E2E")
 
 #: Wait between two looks at the invariants while a problem may still be a bind in flight, seconds.
 _LOOK_AGAIN_S = 1.0
@@ -202,6 +203,20 @@ def e2e_bus_settings(url: str) -> BusSettings:
 
 
 @contextlib.asynccontextmanager
+async def e2e_handles(stack: Any, handles: Callable[[Any, SimKubeClient, Bus], H]) -> AsyncIterator[H]:
+    """The handles on a started stack (a kube client, a bus, the pod watch), closed in reverse."""
+    async with contextlib.AsyncExitStack() as exits:
+        kube = await SimKubeClient.from_kubeconfig(stack.kubeconfig)
+        exits.push_async_callback(kube.close)
+        bus = await Bus.connect(e2e_bus_settings(stack.nats_url), source="e2e")
+        exits.push_async_callback(bus.close)
+        handle = handles(stack, kube, bus)
+        exits.push_async_callback(handle.close)
+        await handle.start_watch()
+        yield handle
+
+
+@contextlib.asynccontextmanager
 async def running_stack(data_dir: Path, *, nodes: int = 3, devices: str = "2xA100-80GB",
                         split_count: int = 10,
                         configure: Callable[[StackSpec], StackSpec] | None = None,
@@ -213,18 +228,8 @@ async def running_stack(data_dir: Path, *, nodes: int = 3, devices: str = "2xA10
         spec = configure(spec)
     stack = Stack(spec)
     await stack.start()
-    kube = bus = handle = None
     try:
-        kube = await SimKubeClient.from_kubeconfig(stack.kubeconfig)
-        bus = await Bus.connect(e2e_bus_settings(stack.nats_url), source="e2e")
-        handle = E2E(stack, kube, bus)
-        await handle.start_watch()
-        yield handle
+        async with e2e_handles(stack, E2E) as handle:
+            yield handle
     finally:
-        if handle is not None:
-            await handle.close()
-        if bus is not None:
-            await bus.close()
-        if kube is not None:
-            await kube.close()
         await stack.stop()

@@ -18,15 +18,13 @@ from typing import Any
 
 import grpc
 import pytest
-from e2e_harness import E2E, e2e_bus_settings
+from e2e_harness import E2E, e2e_handles
 from e2e_invariants import Facts
 
 from gpubus_local.kube.binaries import Binaries, BinariesMissing, find_binaries
 from gpubus_local.kube.stack import KubeStack, KubeStackSpec
-from gpubus_local.sim.kube import SimKubeClient
 from proto.podresources.v1 import api_pb2 as pr
 from proto.podresources.v1 import api_pb2_grpc as pr_grpc
-from shared.bus import Bus
 
 
 def kube_binaries() -> Binaries:
@@ -105,17 +103,6 @@ def kubectl(stack: KubeStack, *args: str, input_text: str | None = None,
 @contextlib.asynccontextmanager
 async def running_kube_stack(data_dir: Path, **spec: Any) -> AsyncIterator[KubeE2E]:
     """A started :class:`KubeStack` (stopped again, also when its start fails) with the e2e handles."""
-    async with KubeStack(KubeStackSpec(data_dir=data_dir, binaries=kube_binaries(), **spec)) as stack:
-        kube = await SimKubeClient.from_kubeconfig(stack.kubeconfig)
-        bus = handle = None
-        try:
-            bus = await Bus.connect(e2e_bus_settings(stack.nats_url), source="e2e")
-            handle = KubeE2E(stack, kube, bus)  # type: ignore[arg-type]
-            await handle.start_watch()
-            yield handle
-        finally:
-            if handle is not None:
-                await handle.close()
-            if bus is not None:
-                await bus.close()
-            await kube.close()
+    async with KubeStack(KubeStackSpec(data_dir=data_dir, binaries=kube_binaries(), **spec)) as stack, \
+            e2e_handles(stack, KubeE2E) as handle:
+        yield handle

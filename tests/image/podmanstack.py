@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -62,10 +63,24 @@ def in_image(image: str, *argv: str, entrypoint: str | None = None) -> subproces
     return run(*head, image, *argv)
 
 
+#: Where the stack's host ports are drawn from: below the kernel's ephemeral range, so that a port
+#: forward a killed run leaves behind can never catch a port the kernel gives another test's server.
+_PORTS_FROM = 20000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below the ephemeral range (any free one where that range starts lower)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    below = range(_PORTS_FROM, low)
+    candidates = random.sample(below, min(200, len(below)))
+    for port in [*candidates, 0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise AssertionError("no free loopback port")
 
 
 @dataclass

@@ -211,6 +211,11 @@ class KubeStack(StartStop):
         await self._install_chart(binaries)
         await self._start_services(binaries)
         await asyncio.gather(*(self._start_node(name) for name in self.node_names()))
+        # the API server refuses a pod whose ServiceAccount does not exist yet, and the controller
+        # manager makes namespace default's own a moment after it starts (later on a loaded machine):
+        # up means a user's first `kubectl create` of a pod is admitted
+        await self.api.wait_for("/api/v1/namespaces/default/serviceaccounts/default", lambda _: True,
+                                timeout=spec.ready_timeout_s, what="ServiceAccount default/default")
 
     async def stop(self) -> None:
         for child in reversed(list(self.children.values())):

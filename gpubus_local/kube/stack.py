@@ -79,6 +79,8 @@ class KubeStackSpec:
     """Extra nats-server arguments (e.g. ``-m PORT`` for its monitoring endpoint)."""
     scheduler_args: tuple[str, ...] = ()
     """Extra ``gpubus scheduler`` arguments for every replica (e.g. ``--preemption-hold 300``)."""
+    agent_args: tuple[str, ...] = ()
+    """Extra ``gpubus node-agent`` arguments for every node (e.g. ``--heartbeat-s 1``)."""
     feature_gates: str = ""
     runtime_config: str = ""
     ready_timeout_s: float = 180.0
@@ -396,7 +398,8 @@ class KubeStack(StartStop):
             "--plugin-dir", str(node.paths.device_plugins),
             "--pod-resources-socket", str(node.paths.pod_resources),
             "--hook-path", str(self.kube_dir / "hook"),
-            "--metrics-port", "0", "--kubeconfig", str(kubeconfig), "--nats", self.nats_url, *dra),
+            "--metrics-port", "0", "--kubeconfig", str(kubeconfig), "--nats", self.nats_url, *dra,
+            *self.spec.agent_args),
             self._advertises(name) if self.spec.mode == "extender" else self._publishes(name),
             env={"GPUBUS_BUS_TOKEN_FILE": str(token_file), "GPUBUS_BUS_NODE": name})
         await self._start(agent)

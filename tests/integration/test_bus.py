@@ -24,7 +24,7 @@ from natsproc import NatsServerProcess
 from shared.bus import ANY, KV, Bus, BusSettings, ConsumerOptions, Entry, NoResponders, QueryFailed, Snapshot
 from shared.bus.acked import publish_acked
 from shared.bus.errors import translated
-from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
+from shared.errors import BusUnavailable, CasConflict, EventDecodeError, Fenced, LeaseHeld, LeaseLost
 from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
 
 
@@ -269,6 +269,24 @@ async def test_kv_create_over_a_watched_delete_marker_is_one_write(bus: Bus) -> 
     assert (await kv.get("alloc.n1.1")) == Entry(b"d", third)
     await watch.stop()
     await sub.unsubscribe()
+
+
+async def test_a_fenced_put_stands_only_while_the_fence_key_is_at_its_revision(bus: Bus) -> None:
+    """``Nats-Expected-Last-Subject-Sequence-Subject`` (nats-server >= 2.11): the check is on
+    another key of the bucket, in the same step as the store; the written key itself is not checked."""
+    kv = await bus.kv("allocations")
+    term = await kv.create("term.x", b"one")
+    first = await kv.put("p1", b"a", fence=("term.x", term))
+    assert await kv.put("p1", b"b", fence=("term.x", term)) > first  # its own key: unconditional
+    newer = await kv.update("term.x", b"two", last=term)
+    with pytest.raises(Fenced):
+        await kv.put("p2", b"late", fence=("term.x", term))
+    with pytest.raises(Fenced):  # a key that never existed fences nothing in
+        await kv.put("p2", b"late", fence=("term.none", 1))
+    assert await kv.get("p2") is None
+    assert (await kv.get("p1")) == Entry(b"b", first + 1)
+    await kv.put("p2", b"now", fence=("term.x", newer))
+    assert (await kv.get("p2")).value == b"now"  # type: ignore[union-attr]
 
 
 async def test_kv_items_of_empty_bucket_is_empty(bus: Bus) -> None:

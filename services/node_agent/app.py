@@ -1,8 +1,8 @@
 """Composition root of the node-agent: one :class:`NodeAgent` per node, and :func:`run` for the CLI.
 
 A ``NodeAgent`` wires a device source, the advertised state, device health (health.py), the
-inventory publisher (publisher.py), the handoff, the kubelet-side server, the lease releaser
-(leases.py), the pod resources verifier (verify.py) and the decisions it routes to them. Many agents
+inventory publisher (publisher.py), the handoff, the kubelet-side server, the pod resources
+verifier (verify.py) and the decisions it routes to them. Many agents
 may share one process and one bus (the simulator). Every background task is owned by the agent's
 :class:`~shared.lifetime.TaskSet` and stopped by :meth:`stop`. Wiring only; what each part does
 lives in its module.
@@ -27,7 +27,6 @@ from services.node_agent.errors import DiscoveryError
 from services.node_agent.handoff import Handoff, allocate_config
 from services.node_agent.health import Health, health_subject
 from services.node_agent.kubelet import PluginServer
-from services.node_agent.leases import LeaseReleaser
 from services.node_agent.metrics import NodeAgentMetrics
 from services.node_agent.mig import MigPort
 from services.node_agent.pending import Completed
@@ -44,7 +43,7 @@ from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, node_token
 from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
-from shared.ledger_entries import decode_entry
+from shared.ledger_entries import decode_entry, is_entry_key
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
 from shared.model import Allocation, DeviceMode, PodUID
 
@@ -112,7 +111,6 @@ class NodeAgent(Component):
         self.tasks = TaskSet(f"node-agent/{self.node}", on_fatal)
         self.advertised = Advertised(self.source.devices(), settings)
         self.health = Health(self.node, self.source, self.advertised, self.metrics, bus.emit)
-        self.leases = LeaseReleaser(self.node, bus, self.metrics)
         self.publisher = InventoryPublisher(self.node, self.advertised, bus, kube, settings)
         self.handoff = Handoff(
             settings=settings,
@@ -223,16 +221,15 @@ class NodeAgent(Component):
         if self.dra is not None:
             return  # DRA mode: the kubelet's prepare carries the claim; decisions are for the monitor
         if isinstance(event, AllocationDecided):
-            self.leases.decided(event)
             self.handoff.decided(event.allocation)
         elif isinstance(event, AllocationReleased):
-            self.leases.forget(PodUID(event.pod_uid))
             self.handoff.released(PodUID(event.pod_uid), event.ts)
             await self.handoff.reclaim(PodUID(event.pod_uid))
 
     async def _rebuild_from_kv(self) -> None:
         try:
-            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad_entry)
+            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad_entry,
+                                      keep=is_entry_key)
         except BusUnavailable as e:
             log.warning("cannot rebuild pending decisions from KV now: %s", e)
             return
@@ -263,7 +260,6 @@ class NodeAgent(Component):
             self._subscription.resync()
 
     def _pod_done(self, allocation: Allocation, completed: Completed | None) -> None:
-        self.tasks.spawn(f"release-{allocation.pod_uid}", self.leases.release(allocation))
         if completed is not None and self.verifier is not None:
             self.verifier.completed(allocation)
 

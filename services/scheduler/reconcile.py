@@ -10,7 +10,7 @@ failure frees the slice) and have the pod's ``hami.io/bind-phase`` set to match 
 ``hami.io/vgpu-node`` label in the same patch), off the event path.
 Every replica: watch nodes for the annotations Fit reads and to drop removed nodes.
 
-Orchestration over ``state``, ``leases`` and the Kubernetes port; must not know HTTP or Fit.
+Orchestration over ``state`` and the Kubernetes port; must not know HTTP or Fit.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any
 
 from services.scheduler.binder import Binder
 from services.scheduler.bindphase import BindPhaseWriter
-from services.scheduler.leases import AllocLeases
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.state import State
@@ -182,7 +181,6 @@ class Reconciler:
     def __init__(
         self,
         state: State,
-        leases: AllocLeases,
         kube: KubeApi | None,
         *,
         binder: Binder,
@@ -199,7 +197,6 @@ class Reconciler:
         """Our unbound pods, whole, as this watch shows them (read by /bind)."""
         self._nodes = nodes if nodes is not None else NodeBook()
         """Labels, taints and unschedulable of every node, for /bind's node-side checks."""
-        self._leases = leases
         self._kube = kube
         self._binder = binder
         """Its running binds: a pod being bound is alive even before its entry is written."""
@@ -250,8 +247,6 @@ class Reconciler:
                 return
             await self._state.set_state(uid, AllocationState.FAILED)
             self._phase(entry, ann.BindPhase.FAILED)
-            await self._leases.release_for(entry.node, entry.devices, uid)
-            self._leases.wake(entry.node)
             self._metrics.released.labels("allocation_failed").inc()
             log.warning(
                 "pod %s/%s: Allocate failed on %s (%s); its slice is free again",
@@ -319,7 +314,7 @@ class Reconciler:
 
     async def reconcile(self, listed_at: float) -> None:
         """Release entries whose pod is gone, and decided entries whose pod is still unbound: a
-        leader that died between its decision and the binding left them (and its node's leases)
+        leader that died between its decision and the binding left them (holding their handoff slots)
         behind, and no Allocate will ever free them (decided before the list was taken)."""
         for entry in list(self._state.ledger.entries()):
             if (
@@ -395,8 +390,6 @@ class Reconciler:
             return
         if held is None:
             return
-        await self._leases.release_for(held.node, held.devices, uid)
-        self._leases.wake(held.node)
         self._metrics.released.labels(why.split(":", maxsplit=1)[0].replace(" ", "_")).inc()
 
     # --- nodes -----------------------------------------------------------------------------

@@ -210,6 +210,7 @@ class SchedulerApp(Component):
             names=self.names,
             nodes=self.nodes,
             awaiting=self.awaiting,
+            served=self.slots.served,
         )
 
     def _wire_preemption(self) -> None:
@@ -361,6 +362,7 @@ class SchedulerApp(Component):
         for sub in self._verdicts:
             await sub.stop()
         self._verdicts = []
+        await self.reconciler.close()
         if self._refusals is not None:
             await self._refusals.stop()
             self._refusals = None

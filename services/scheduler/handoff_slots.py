@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Iterator
 
 from shared.handoff import device_counts
 from shared.model import Allocation, AllocationState, NodeName, PodUID
@@ -45,12 +45,15 @@ def slot_name(node: str, size: int) -> str:
     return f"{node}/{size}"
 
 
-def slot_holder(entries: Iterable[Allocation], size: int, pod: PodUID, alive: OwnerAlive) -> PodUID | None:
+def slot_holder(entries: Iterable[Allocation], size: int, pod: PodUID, alive: OwnerAlive,
+                served: Container[str] = frozenset()) -> PodUID | None:
     """The other pod that holds the ``size`` slot among one node's ``entries``: DECIDED (Allocate has
-    not served it yet), with a GPU container of ``size`` devices, and alive. None: the slot is free."""
+    not served it yet), with a GPU container of ``size`` devices, alive, and not in ``served`` (its
+    node-agent said Allocate served it; the entry's APPLIED write is on its way). None: free."""
     for entry in entries:
         if (entry.pod_uid != pod and entry.state is AllocationState.DECIDED
-                and size in device_counts(entry.devices) and alive(entry.pod_uid)):
+                and size in device_counts(entry.devices) and entry.pod_uid not in served
+                and alive(entry.pod_uid)):
             return entry.pod_uid
     return None
 
@@ -65,6 +68,8 @@ class HandoffSlots:
         """slot -> the FIFO of this process's binds for it; its holder is the one that may decide."""
         self._waiters: dict[str, set[asyncio.Event]] = {}
         """node -> the events of the binds at the head of a queue, waiting for the ledger."""
+        self._served: set[str] = set()
+        """Pods whose ``allocation.applied`` (complete) came, while their entry's APPLIED write runs."""
 
     def wake(self, node: NodeName | None = None) -> None:
         """Re-check waiters (for one node, or all): the ledger changed there."""
@@ -75,7 +80,19 @@ class HandoffSlots:
 
     def holder(self, node: NodeName, size: int, pod: PodUID) -> PodUID | None:
         """Who holds ``pod``'s ``size`` slot on ``node`` by the ledger now (None: free)."""
-        return slot_holder(self._entries_on(node), size, pod, self._owner_alive)
+        return slot_holder(self._entries_on(node), size, pod, self._owner_alive, self._served)
+
+    @contextlib.contextmanager
+    def served(self, pod: PodUID, node: NodeName) -> Iterator[None]:
+        """While the entry of ``pod`` (whose node-agent said Allocate served it) is written APPLIED:
+        its slots are free at once, not one KV round trip later. Only this process's view: a new
+        leader finds the entry DECIDED and waits for the replayed verdict (safe, and rare)."""
+        self._served.add(pod)
+        self.wake(node)
+        try:
+            yield
+        finally:
+            self._served.discard(pod)
 
     async def acquire(self, node: NodeName, sizes: Iterable[int], pod: PodUID,
                       deadline: float) -> list[asyncio.Lock]:

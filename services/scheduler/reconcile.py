@@ -34,6 +34,7 @@ from shared.bus import Subscription
 from shared.errors import AnnotationError, BusUnavailable, RequestError
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.kube import KubeApi, list_and_watch_nodes, list_and_watch_pods
+from shared.lifetime import TaskSet
 from shared.model import Allocation, AllocationState, DeviceUUID, MigSlice, NodeName, PodDevices, PodUID
 from shared.requests import DEFAULT_NAMES, ResourceNames, container_request
 
@@ -175,6 +176,14 @@ def _with_mig(
     return tuple(tuple(slot) for slot in out)
 
 
+#: ``served(pod, node)``: a context in which the pod counts as allocated for the handoff slots.
+Served = Callable[[PodUID, NodeName], contextlib.AbstractContextManager[None]]
+
+
+def _no_slots(pod: PodUID, node: NodeName) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
 class Reconciler:
     """The leader's loops that keep the ledger equal to the cluster and to the node-agents."""
 
@@ -191,8 +200,14 @@ class Reconciler:
         names: ResourceNames = DEFAULT_NAMES,
         nodes: NodeBook | None = None,
         awaiting: AwaitingPods | None = None,
+        served: Served = _no_slots,
     ) -> None:
         self._state = state
+        self._served = served
+        """Frees a pod's handoff slots while its APPLIED write runs (``HandoffSlots.served``)."""
+        self._writes = TaskSet("scheduler-verdicts")
+        """The APPLIED writes of verdicts, each its own task (see :meth:`on_verdict`)."""
+        self._applying: set[PodUID] = set()
         self._awaiting = awaiting if awaiting is not None else AwaitingPods()
         """Our unbound pods, whole, as this watch shows them (read by /bind)."""
         self._nodes = nodes if nodes is not None else NodeBook()
@@ -236,14 +251,18 @@ class Reconciler:
         slice for someone else (a retried bind's old node, a stray publisher)."""
         if isinstance(event, AllocationApplied) and event.complete:
             uid = PodUID(event.pod_uid)
-            if self._awaiting_verdict(event, uid) is not None:
-                applied = await self._state.set_state(uid, AllocationState.APPLIED)
-                if applied is not None:
-                    self._phase(applied, ann.BindPhase.SUCCESS)
+            entry = self._awaiting_verdict(event, uid)
+            if entry is not None and uid not in self._applying:
+                # Not awaited here: verdicts are handled one at a time, and the next pod of this
+                # size on the node waits for this one's slot, so a KV round trip per verdict in
+                # line would queue every bind behind the slowest. A leader that dies before the
+                # write replays the verdict (``subscribe_verdicts``).
+                self._applying.add(uid)
+                self._writes.spawn(f"applied-{uid}", self._applied(uid, entry.node))
         elif isinstance(event, AllocationFailed) and event.pod_uid:
             uid = PodUID(event.pod_uid)
             entry = self._awaiting_verdict(event, uid)
-            if entry is None:
+            if entry is None or uid in self._applying:
                 return
             await self._state.set_state(uid, AllocationState.FAILED)
             self._phase(entry, ann.BindPhase.FAILED)
@@ -255,6 +274,23 @@ class Reconciler:
                 entry.node,
                 event.reason,
             )
+
+    async def _applied(self, uid: PodUID, node: NodeName) -> None:
+        """Write the entry APPLIED; its handoff slots are free from the start (``served``)."""
+        try:
+            with self._served(uid, node):
+                applied = await self._state.set_state(uid, AllocationState.APPLIED)
+        except BusUnavailable as e:
+            log.warning("pod %s: could not record Allocate's verdict (%s); the entry stays decided", uid, e)
+            return
+        finally:
+            self._applying.discard(uid)
+        if applied is not None:
+            self._phase(applied, ann.BindPhase.SUCCESS)
+
+    async def close(self) -> None:
+        """Stop the verdict writes still running (a deposed leader's; the next one replays them)."""
+        await self._writes.close()
 
     def _awaiting_verdict(self, event: Event, uid: PodUID) -> Allocation | None:
         """The DECIDED entry ``event`` speaks of; None when there is none, or (counted) when the

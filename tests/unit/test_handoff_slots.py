@@ -6,7 +6,8 @@ APPLIED and FAILED entries, other sizes, the asker's own entry and dead owners n
 :class:`HandoffSlots` over an in-memory ledger: a free slot is had at once; a held one is waited for
 until the ledger changes (a wake, never a poll) and its holder is served; a freed slot goes to the
 first local waiter, the next waits behind it until that one's decision is in the ledger; sizes of a
-pod are taken ascending and all or none; the budget runs out with ``LeaseTimeout`` naming the holder.
+pod are taken ascending and all or none; a pod whose ``allocation.applied`` came frees its slots
+while its APPLIED write runs (and only then); the budget runs out with ``LeaseTimeout`` naming the holder.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def test_slot_holder_is_another_alive_pods_decided_entry_of_that_size(
 
 def test_a_dead_owner_holds_nothing() -> None:
     assert slot_holder([entry("gone", 1)], 1, PodUID("me"), lambda uid: uid != "gone") is None
+
+
+def test_a_pod_allocate_served_holds_nothing_while_its_entry_is_written() -> None:
+    assert slot_holder([entry("a", 1)], 1, PodUID("me"), everyone_alive, served={"a"}) is None
 
 
 class FakeLedger:
@@ -106,6 +111,16 @@ async def test_a_freed_slot_goes_to_the_first_waiter_and_the_next_waits_for_its_
     assert not second.done()  # which finds the first's entry holding the slot
     ledger.applied("b")
     ledger.slots.release(await asyncio.wait_for(second, 10))
+
+
+async def test_a_verdict_frees_the_slot_before_the_entry_is_applied_and_only_while_it_is_written() -> None:
+    ledger = FakeLedger()
+    ledger.put(entry("a", 1))
+    waiting = asyncio.create_task(ledger.slots.acquire(N1, [1], PodUID("b"), soon()))
+    await asyncio.sleep(0)
+    with ledger.slots.served(PodUID("a"), N1):  # allocation.applied came; the APPLIED write runs
+        ledger.slots.release(await asyncio.wait_for(waiting, 10))
+    assert ledger.slots.holder(N1, 1, PodUID("c")) == "a"  # the write failed: DECIDED holds again
 
 
 async def test_sizes_are_taken_ascending_all_or_none() -> None:

@@ -1,22 +1,15 @@
-"""The scheduler <-> node-agent handoff rules that both sides must compute identically.
+"""The Allocate handoff rule: which per-container device counts make a kubelet call ambiguous.
 
 The kubelet's Allocate never says which pod it is for, only how many devices a container gets, so
 pods are serialized on a node only where that count makes a call ambiguous (contract item 2): at
 most one pod per node and per-container device count decided and not yet allocated. The scheduler
 leader keeps this over its ledger (``services/scheduler/handoff_slots.py``); until issue 32 it was a
-KV lease per (node, count) in bucket ``locks``, whose key scheme the node identity's NATS
-permissions still name (:func:`lease_key`).
+KV lease ``alloc.<node>.<count>`` in bucket ``locks``.
 """
 
 from __future__ import annotations
 
 from shared.model import PodDevices
-
-
-def lease_key(node: str, size: int) -> str:
-    """The old ambiguity lease key for ``size``-device containers on ``node`` (no longer taken)."""
-    return f"alloc.{node}.{size}"
-
 
 
 def device_counts(devices: PodDevices) -> list[int]:

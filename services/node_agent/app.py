@@ -10,7 +10,6 @@ lives in its module.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
@@ -35,7 +34,7 @@ from services.node_agent.publisher import InventoryPublisher
 from services.node_agent.settings import MODE_LABEL, NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
 from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, Verifier
-from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings, Route, read_typed
+from shared.bus import ALLOCATIONS, Bus, BusSettings, Route, read_typed
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
 from shared.config import SettingsError
@@ -169,8 +168,6 @@ class NodeAgent(Component):
         exits.push_async_callback(self._subscription.stop)
         if self.dra is None:
             await self._rebuild_from_kv()
-        with contextlib.suppress(BusUnavailable):
-            await self.bus.kv(LOCKS)  # opened now, so a release in an outage needs no extra request
         await self._reconcile_with_kubelet()
         if self.health.injectable:
             service = await self.bus.serve(health_subject(self.node), self.health.on_request)

@@ -66,6 +66,10 @@ class Leadership(Protocol):
         """The replica that binds, as far as this one knows."""
         ...
 
+    def fenced(self, why: str) -> None:
+        """The store refused this replica's decision: a newer term began, so step down."""
+        ...
+
 
 class QuotaReader(Protocol):
     """The namespace quotas (:class:`shared.quota_cache.QuotaCache`): wait for a namespace's first read."""
@@ -243,6 +247,7 @@ class Binder:
                 await self._state.decide(allocation)
             except Fenced as e:
                 decided = False  # the store refused it: nothing was written or sent
+                self._leadership.fenced(str(e))
                 raise BindError("not_leader", f"this scheduler replica no longer leads: {e}") from None
             finally:
                 self._slots.release(held)  # the ledger holds the decision's slots from here

@@ -349,6 +349,15 @@ async def test_lease_release_at_a_known_revision_is_one_compare_and_delete(bus: 
     await sub.unsubscribe()
 
 
+async def test_a_lease_given_up_is_lost_here_and_left_in_kv(bus: Bus) -> None:
+    lease = await bus.lease("leader.given-up", "a", ttl=30.0, auto_renew=True)
+    assert await lease.acquire()
+    lease.give_up("a newer term began")
+    assert lease.lost.is_set() and not lease.held
+    assert await lease.holder() == "a"  # the key is its new holder's or its TTL's to end
+    await lease.close()
+
+
 async def test_lease_expires_after_its_ttl_without_renewal(bus: Bus) -> None:
     held = await bus.lease("node-e", "sleepy", ttl=1, auto_renew=False)
     assert await held.acquire()

@@ -4,7 +4,8 @@ real nats-server.
 A partition is made the way it looks to the old leader: its lease renewals stop reaching anyone
 (``abdicate_without_release``) and nothing tells it so, while a standby takes the lease and begins a
 newer term. Cases: the old leader's bind is refused by JetStream (its DECIDED write is fenced on the
-old term): nothing stored, no decision sent, the pod not bound, and the new leader binds it; a bind
+old term): nothing stored, no decision sent, the pod not bound, the old leader steps down on the
+refusal, and the new leader binds the pod; a bind
 of the old leader that waited for a handoff slot and decides only after the new term began (a stale
 decision arriving late) is refused alike; a new leader serializes behind a decision of the old
 term it found in the ledger (the handoff slot survives the failover).
@@ -54,6 +55,8 @@ async def test_the_deposed_leaders_bind_is_refused_by_the_store_and_binds_nothin
     assert await (await bus.kv(ALLOCATIONS)).get(uid) is None
     assert old.ledger.entry(PodUID(uid)) is None  # its reservation went with the refusal
     assert await unbound(kube, pod)
+    await wait_until(lambda: not old.election.is_leader, what="the fenced leader stepping down")
+    assert old.state.term is None and new.election.is_leader
     assert await schedulers.bind(new, pod) == ""
     entry = new.ledger.entry(PodUID(uid))
     assert entry is not None and entry.state is AllocationState.DECIDED

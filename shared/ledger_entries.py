@@ -8,7 +8,8 @@ A cold start decodes every entry (100k at scale): msgspec reads the bytes straig
 model (:func:`shared.codec.decode_as`), with the event codec's rules for every field.
 
 The bucket also holds the scheduler leader's term (:data:`TERM_KEY`): every decision is fenced on
-it (docs/design.md, "Fencing"). It is not an entry; readers pass :func:`is_entry_key` to skip it.
+it (docs/services/scheduler.md, "Fencing"). It is not an entry; readers pass :func:`is_entry_key`
+to skip it.
 
 Must not know the ledger, NATS or the Fit engine. Pure.
 """

@@ -14,7 +14,8 @@ The leader's term lives in the same bucket (``TERM_KEY``, :meth:`begin_term`): a
 and waits until its watch has delivered that revision, so its ledger holds every decision the stream
 accepted before (the ordered watch delivers the bucket in stream order). Each DECIDED entry is then
 written fenced on the term: JetStream stores it only while the term key is still at this leader's
-revision, so a deposed leader that still believes it leads decides nothing (docs/design.md, "Fencing").
+revision, so a deposed leader that still believes it leads decides nothing (docs/services/scheduler.md,
+"Fencing").
 
 Must not know HTTP, Kubernetes or the Fit engine.
 """

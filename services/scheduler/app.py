@@ -39,7 +39,7 @@ from services.scheduler.pod_cache import PodCache
 from services.scheduler.podconfirm import PodConfirmer
 from services.scheduler.preemptor import KubePreemptionApi, Outcome, Preemptor
 from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
-from services.scheduler.reconcile import Reconciler
+from services.scheduler.reconcile import Reconciler, verdicts_since
 from services.scheduler.requeue import Requeuer
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
@@ -342,7 +342,7 @@ class SchedulerApp(Component):
         # bind needs neither the verdicts (replayed from ``since``) nor the pod watch
         await self.forwarder.serve(self.extender.bind_here)
         self.requeuer.nudge("this replica leads now")
-        since = self.clock() - 2 * self.settings.lease_ttl_s
+        since = verdicts_since(self.ledger.entries(), self.clock(), self.settings.lease_ttl_s)
         self._verdicts = await self.reconciler.subscribe_verdicts(since)
         if self.kube is None:
             self.reconciler.pods_synced.set()  # no pods to watch

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -174,6 +174,23 @@ def _with_mig(
             )
         out[ctr][dev] = replace(out[ctr][dev], mig=held)
     return tuple(tuple(slot) for slot in out)
+
+
+#: The furthest back a new leader replays verdicts, seconds (an entry older than this that still
+#: waits for its verdict waits for its pod's end or a retried bind).
+_REPLAY_MAX_S = 3600.0
+
+
+def verdicts_since(entries: Iterable[Allocation], now: float, margin_s: float) -> float:
+    """Where a new leader replays node-agent verdicts from: ``2 * margin_s`` before the oldest
+    entry still waiting for its verdict (DECIDED), or before now; at most ``_REPLAY_MAX_S`` back.
+
+    A DECIDED entry holds its handoff slots until its verdict is applied, so a verdict published
+    while no replica led (a leader that died with its APPLIED write in flight, every replica down
+    for a while) must be replayed, or the slot would stay held for as long as the pod runs."""
+    waiting = (e.decided_at for e in entries if e.state is AllocationState.DECIDED)
+    oldest = min(waiting, default=now)
+    return max(min(oldest, now) - 2 * margin_s, now - _REPLAY_MAX_S)
 
 
 #: ``served(pod, node)``: a context in which the pod counts as allocated for the handoff slots.

@@ -8,18 +8,23 @@ old term): nothing stored, no decision sent, the pod not bound, the old leader s
 refusal, and the new leader binds the pod; a bind
 of the old leader that waited for a handoff slot and decides only after the new term began (a stale
 decision arriving late) is refused alike; a new leader serializes behind a decision of the old
-term it found in the ledger (the handoff slot survives the failover).
+term it found in the ledger (the handoff slot survives the failover), and replays the verdict
+that frees it even when it was published while no replica led, longer ago than the usual window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 from typing import Any
 
 from asyncwait import wait_until
-from scheduler_harness import allocate_ran
+from bus_settings import bus_settings
+from scheduler_harness import allocate_ran, scheduler_settings
 from scheduler_replicas import Schedulers, create_pods
 
+from gpubus_local.sim.apiserver import SimApiServer
 from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from shared.bus import ALLOCATIONS, Bus
@@ -97,3 +102,24 @@ async def test_a_new_leader_waits_for_the_old_terms_decision_to_be_allocated(
     assert await waiting == ""
     entry = new.ledger.entry(PodUID(second["metadata"]["uid"]))
     assert entry is not None and entry.state is AllocationState.DECIDED
+
+
+async def test_the_next_leader_replays_a_verdict_published_while_no_replica_led(  # noqa: PLR0917
+        bus: Bus, kube: SimKubeClient, schedulers: Schedulers, api: SimApiServer, nats_url: str,
+        tmp_path: Path) -> None:
+    """Every replica down while the kubelet ran Allocate for a pod just bound: its DECIDED entry
+    holds the node's slot until the verdict is applied, however long ago it was published."""
+    first = await schedulers.leader_of_n1(replica_id="first")
+    [pod] = await create_pods(kube, "allocated-meanwhile")
+    assert await schedulers.bind(first, pod) == ""
+    await schedulers.stack.aclose()  # the leader stops (its lease given back); none leads now
+    await allocate_ran(bus, pod, "n1")
+    ten_minutes_on = lambda: time.time() + 600  # noqa: E731 - the next replica starts much later
+    settings = scheduler_settings(api.write_kubeconfig(tmp_path / "kc2"), replica_id="next")
+    async with SchedulerApp(settings, bus_settings(nats_url), clock=ten_minutes_on) as following:
+        await wait_until(lambda: following.state.term is not None, what="the next leader's term")
+        uid = PodUID(pod["metadata"]["uid"])
+        applied = AllocationState.APPLIED
+        await wait_until(lambda: getattr(following.ledger.entry(uid), "state", None) is applied,
+                         what="the replayed verdict applied")
+        assert following.slots.holder(NodeName("n1"), 1, PodUID("another")) is None

@@ -6,7 +6,8 @@ APPLIED and FAILED entries, other sizes, the asker's own entry and dead owners n
 :class:`HandoffSlots` over an in-memory ledger: a free slot is had at once; a held one is waited for
 until the ledger changes (a wake, never a poll) and its holder is served; a freed slot goes to the
 first local waiter, the next waits behind it until that one's decision is in the ledger; sizes of a
-pod are taken ascending and all or none; a pod whose ``allocation.applied`` came frees its slots
+pod are taken ascending and all or none; a new leader replays verdicts from before the oldest
+entry still waiting for one (bounded); a pod whose ``allocation.applied`` came frees its slots
 while its APPLIED write runs (and only then); the budget runs out with ``LeaseTimeout`` naming the holder.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import replace
 import pytest
 
 from services.scheduler.handoff_slots import HandoffSlots, LeaseTimeout, slot_holder
+from services.scheduler.reconcile import verdicts_since
 from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
 
 N1 = NodeName("n1")
@@ -139,3 +141,19 @@ async def test_the_budget_runs_out_naming_the_holder() -> None:
         await ledger.slots.acquire(N1, [1], PodUID("b"), soon(0.05))
     assert raised.value.holder == "a"
     assert "Allocate handoff slot n1/1 is still held by pod a" in str(raised.value)
+
+
+def decided_at(at: float, state: AllocationState = AllocationState.DECIDED) -> Allocation:
+    return replace(entry(f"p{at}", 1, state=state), decided_at=at)
+
+
+@pytest.mark.parametrize(("entries", "since"), [
+    ([], 1000.0 - 10),  # nothing waits for a verdict: the usual window
+    ([decided_at(990.0, AllocationState.APPLIED)], 1000.0 - 10),
+    ([decided_at(500.0), decided_at(800.0)], 500.0 - 10),  # the oldest waiting entry's verdict
+    ([decided_at(2000.0)], 1000.0 - 10),  # decided "after now" (another clock): never later than now
+    ([decided_at(-10_000.0)], 1000.0 - 3600),  # at most an hour back
+])
+def test_a_new_leader_replays_verdicts_from_before_the_oldest_entry_waiting_for_one(
+        entries: list[Allocation], since: float) -> None:
+    assert verdicts_since(entries, 1000.0, 5.0) == since

@@ -193,6 +193,13 @@ def verdicts_since(entries: Iterable[Allocation], now: float, margin_s: float) -
     return max(min(oldest, now) - 2 * margin_s, now - _REPLAY_MAX_S)
 
 
+def _started_where_decided(pod: Mapping[str, Any], entry: Allocation) -> bool:
+    """A DECIDED entry whose pod runs on the entry's node: the kubelet admitted it (Allocate ran)."""
+    return (entry.state is AllocationState.DECIDED
+            and (pod.get("status") or {}).get("phase") == "Running"
+            and (pod.get("spec") or {}).get("nodeName") == entry.node)
+
+
 #: ``served(pod, node)``: a context in which the pod counts as allocated for the handoff slots.
 Served = Callable[[PodUID, NodeName], contextlib.AbstractContextManager[None]]
 
@@ -406,8 +413,15 @@ class Reconciler:
                 await self.release(PodUID(uid), "pod deleted" if kind == "DELETED" else "pod finished")
             return
         self._live[uid] = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if self._state.ledger.entry(PodUID(uid)) is None and not self._binder.binding(uid):
+        entry = self._state.ledger.entry(PodUID(uid))
+        if entry is None and not self._binder.binding(uid):
             await self._adopt(pod)
+        elif entry is not None and _started_where_decided(pod, entry) and uid not in self._applying:
+            # Allocate ran before its containers started, whatever became of the node-agent's
+            # verdict (lost with its process, dropped from a full outbox): the slot must not
+            # stay held while the pod runs. Usually the verdict came first and this never runs.
+            self._applying.add(PodUID(uid))
+            self._writes.spawn(f"applied-{uid}", self._applied(PodUID(uid), entry.node))
 
     def live(self, uid: str) -> tuple[str, str] | None:
         """(namespace, name) of the pod with this UID if the pod watch shows it alive."""

@@ -4,7 +4,8 @@ slots, and leader failover.
 Matrix: many concurrent binds of random sizes onto one node (several seeds) with a node-agent
 stand-in that reports Allocate served on ``allocation.decided``; a bind decides with one fenced
 ledger write and nothing in the ``locks`` bucket; a slot held by a pod that is deleted is freed by
-its release; a slot held by a live pod is waited for until Allocate served it, or the bind gives up
+its release; a slot held by a live pod is waited for until Allocate served it (its verdict, or its
+pod seen running when the verdict was lost), or the bind gives up
 with an Error naming the holder; pods of different sizes never wait for each other; the leader dies
 without releasing and a standby takes over and binds.
 """
@@ -125,6 +126,22 @@ async def test_a_live_holder_is_waited_for_until_allocate_served_it(
     assert await waiting == ""
     entry = app.ledger.entry(second["metadata"]["uid"])
     assert entry is not None and entry.state is AllocationState.DECIDED
+
+
+async def test_a_holder_whose_pod_runs_frees_its_slot_without_its_verdict(
+    bus: Bus, kube: SimKubeClient, schedulers: Schedulers
+) -> None:
+    """The node-agent's allocation.applied was lost (its process died after Allocate): the pod
+    running on its node says Allocate ran, so the next pod of its size is not held up for its life."""
+    app = await schedulers.leader_of_n1(bind_timeout_s=15.0, replica_id="lost-verdict")
+    first, second = await create_pods(kube, "first", "second")
+    assert await schedulers.bind(app, first) == ""  # no node-agent: no verdict will come
+    waiting = asyncio.create_task(schedulers.bind(app, second))
+    await wait_until(lambda: app.binder.binding(second["metadata"]["uid"]), what="the second bind waiting")
+    await kube.patch_pod_status("default", "first", {"status": {"phase": "Running"}})
+    assert await waiting == ""
+    entry = app.ledger.entry(first["metadata"]["uid"])
+    assert entry is not None and entry.state is AllocationState.APPLIED
 
 
 async def test_bind_gives_up_naming_the_holder_when_the_budget_runs_out(

@@ -46,8 +46,7 @@ from services.scheduler.app import SchedulerApp  # noqa: E402
 from services.scheduler.settings import SchedulerSettings  # noqa: E402
 from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings  # noqa: E402
 from shared.codec import to_wire  # noqa: E402
-from shared.events import AllocationDecided, Event, Inventory  # noqa: E402
-from shared.handoff import device_counts, lease_key  # noqa: E402
+from shared.events import AllocationApplied, AllocationDecided, Event, Inventory  # noqa: E402
 from shared.kube import KubeClient  # noqa: E402
 from shared.ledger_entries import encode_allocation  # noqa: E402
 from shared.model import (  # noqa: E402
@@ -164,9 +163,10 @@ async def node_agent(bus: Bus) -> Any:
     async def on(event: Event) -> None:
         if isinstance(event, AllocationDecided):
             a = event.allocation
-            for n in device_counts(a.devices):
-                lease = await bus.lease(lease_key(a.node, n), a.pod_uid, auto_renew=False)
-                await lease.release()
+            # Allocate served it (the node-agent's word): its handoff slot is free again
+            await bus.publish(AllocationApplied(pod_uid=a.pod_uid, namespace=a.namespace, name=a.name,
+                                                container="main", device_ids=(), complete=True,
+                                                node=a.node))
 
     return await bus.subscribe("gpubus.allocation.decided.>", on, deliver="new")
 

@@ -15,7 +15,7 @@ from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings, read_typed
 from shared.codec import to_wire
 from shared.events import Inventory
 from shared.inventory_entries import decode_inventory_entry
-from shared.ledger_entries import decode_entry
+from shared.ledger_entries import decode_entry, is_entry_key
 from shared.model import Allocation, AllocationState, DeviceUsage, MigPlacement
 
 
@@ -55,7 +55,7 @@ async def snapshot(settings: BusSettings) -> dict[str, Any]:
     bus = await Bus.connect(settings, source="snapshot")
     try:
         inventory = await read_typed(await bus.kv(INVENTORY), decode_inventory_entry)
-        ledger = await read_typed(await bus.kv(ALLOCATIONS), decode_entry)
+        ledger = await read_typed(await bus.kv(ALLOCATIONS), decode_entry, keep=is_entry_key)
     finally:
         await bus.close()
     return cluster_json(list(inventory.values.values()), list(ledger.values.values()))

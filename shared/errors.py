@@ -54,6 +54,13 @@ class CasConflict(Retryable):
     """A KV compare-and-set lost against a concurrent writer."""
 
 
+class Fenced(CasConflict):
+    """A fenced KV write was refused: the key it was fenced on (a leader's term) has moved on since.
+
+    The writer's term is over; it must act on nothing it decided in that term.
+    """
+
+
 class TaskDied(GpubusError):
     """A task the service cannot run without (a root task) ended on its own: the service stops."""
 

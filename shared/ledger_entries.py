@@ -7,6 +7,10 @@ entry would replace that pod's own entry in a reader's memory while KV keeps bot
 A cold start decodes every entry (100k at scale): msgspec reads the bytes straight into the
 model (:func:`shared.codec.decode_as`), with the event codec's rules for every field.
 
+The bucket also holds the scheduler leader's term (:data:`TERM_KEY`): every decision is fenced on
+it (docs/services/scheduler.md, "Fencing"). It is not an entry; readers pass :func:`is_entry_key`
+to skip it.
+
 Must not know the ledger, NATS or the Fit engine. Pure.
 """
 
@@ -15,6 +19,15 @@ from __future__ import annotations
 from shared.codec import decode_as, pack
 from shared.errors import EventDecodeError
 from shared.model import Allocation
+
+#: The scheduler leader's term, in the ledger's own bucket (and stream): its revision is the term.
+#: Pod UIDs never contain a dot, so no pod's entry can take this key.
+TERM_KEY = "term.scheduler"
+
+
+def is_entry_key(key: str) -> bool:
+    """Whether ``key`` holds a pod's ledger entry (and not the term)."""
+    return key != TERM_KEY
 
 
 def encode_allocation(allocation: Allocation) -> bytes:

@@ -1,14 +1,14 @@
 """The NATS permissions of one node's identity: what its node-agent and monitor need, nothing more.
 
 Worked out from what they do on the bus (``services/node_agent``, ``services/monitor``,
-``shared/bus``). Publish, the integrity side, is exact: the node's own event subjects, its own
-``inventory`` key, its own ``locks`` keys (``alloc.<node>.*``). Reading is scoped where the server
-can see what is read:
+``shared/bus``). Publish, the integrity side, is exact: the node's own event subjects and its own
+``inventory`` key; nothing in ``locks`` (its Allocate leases went with issue 32's fencing token).
+Reading is scoped where the server can see what is read:
 
 - events: consumers on ``GPUBUS`` only with one filter subject of its own node (the create request
   names it: ``$JS.API.CONSUMER.CREATE.GPUBUS.<name>.<filter>``) or ``released._``; no
   multi-filter, legacy or durable create, no consumer listing or info, no pulls from ``GPUBUS``;
-- KV: direct gets of its own ``inventory`` and ``locks`` keys only;
+- KV: direct gets of its own ``inventory`` key only;
 - replies: its own inbox prefix ``_INBOX_<node>`` (:mod:`shared.bus.scope`), never ``_INBOX.>``.
 
 What cannot be scoped by subject: the ``allocations`` ledger is keyed by pod UID, so a node reads
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from shared.bus.buckets import ALLOCATIONS, INVENTORY, LOCKS, STREAM
 from shared.bus.scope import node_inbox_prefix
 from shared.events import NO_NODE, node_token
-from shared.handoff import lease_key
 
 API = "$JS.API"
 
@@ -48,15 +47,13 @@ def node_permissions(node: str) -> Permissions:
         # places pods, is the scheduler's and does not read released events)
         f"gpubus.allocation.released.{t}",
     )
-    locks = lease_key(node, 0).rsplit(".", 1)[0] + ".*"  # alloc.<node>.*
-    kv_writes = (f"$KV.{INVENTORY}.{node}", f"$KV.{LOCKS}.{locks}")
+    kv_writes = (f"$KV.{INVENTORY}.{node}",)
     streams = (STREAM, f"KV_{INVENTORY}", f"KV_{LOCKS}", f"KV_{ALLOCATIONS}")
     info = tuple(f"{API}.STREAM.INFO.{s}" for s in streams)
     reads = (
         f"{API}.CONSUMER.CREATE.{STREAM}.*.gpubus.*.*.{t}",
         f"{API}.CONSUMER.CREATE.{STREAM}.*.gpubus.allocation.released.{NO_NODE}",
         f"{API}.DIRECT.GET.KV_{INVENTORY}.$KV.{INVENTORY}.{node}",
-        f"{API}.DIRECT.GET.KV_{LOCKS}.$KV.{LOCKS}.{locks}",
         # the ledger is keyed by pod UID: read whole (module docstring)
         f"{API}.CONSUMER.CREATE.KV_{ALLOCATIONS}",
         f"{API}.CONSUMER.MSG.NEXT.KV_{ALLOCATIONS}.*",

@@ -36,7 +36,7 @@ from shared.errors import BadInput, BusUnavailable, EventDecodeError
 from shared.inventory_entries import decode_inventory_entry
 from shared.kube import KubeClient
 from shared.kube_config import kube_client
-from shared.ledger_entries import decode_entry
+from shared.ledger_entries import decode_entry, is_entry_key
 from shared.lifetime import Lifetime
 from shared.service import bound_port
 from shared.tasks import cancel_and_wait
@@ -116,7 +116,8 @@ class Dashboard(Component):
     async def _seed(self, now: float) -> None:
         """The buckets' current entries; an undecodable one is counted and skipped."""
         inventories = await read_typed(await self.bus.kv(INVENTORY), decode_inventory_entry, self._count_bad)
-        allocations = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad)
+        allocations = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad,
+                                       keep=is_entry_key)
         self.timeline.seed(list(inventories.values.values()), list(allocations.values.values()), now)
         log.info("dashboard seeded with %d nodes and %d allocations",
                  len(inventories.values), len(allocations.values))

@@ -37,7 +37,7 @@ from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory, node_token
 from shared.inventory_entries import decode_inventory_entry
 from shared.kv_reading import decode_one
-from shared.ledger_entries import decode_entry
+from shared.ledger_entries import decode_entry, is_entry_key
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
 from shared.service import bound_port
 
@@ -179,7 +179,8 @@ class MonitorApp(Component):
         pod's own entry in the ledger while KV keeps both), is counted and skipped."""
         assert self.bus is not None
         try:
-            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad)
+            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad,
+                                      keep=is_entry_key)
             inventory = await self.bus.kv(INVENTORY)
             allocations = list(ledger.values.values())
             self._holders = {a.pod_uid: a.node for a in allocations if a.node in self.monitors}

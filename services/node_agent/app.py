@@ -1,8 +1,8 @@
 """Composition root of the node-agent: one :class:`NodeAgent` per node, and :func:`run` for the CLI.
 
 A ``NodeAgent`` wires a device source, the advertised state, device health (health.py), the
-inventory publisher (publisher.py), the handoff, the kubelet-side server, the lease releaser
-(leases.py), the pod resources verifier (verify.py) and the decisions it routes to them. Many agents
+inventory publisher (publisher.py), the handoff, the kubelet-side server, the pod resources
+verifier (verify.py) and the decisions it routes to them. Many agents
 may share one process and one bus (the simulator). Every background task is owned by the agent's
 :class:`~shared.lifetime.TaskSet` and stopped by :meth:`stop`. Wiring only; what each part does
 lives in its module.
@@ -10,7 +10,6 @@ lives in its module.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator
@@ -27,7 +26,6 @@ from services.node_agent.errors import DiscoveryError
 from services.node_agent.handoff import Handoff, allocate_config
 from services.node_agent.health import Health, health_subject
 from services.node_agent.kubelet import PluginServer
-from services.node_agent.leases import LeaseReleaser
 from services.node_agent.metrics import NodeAgentMetrics
 from services.node_agent.mig import MigPort
 from services.node_agent.pending import Completed
@@ -36,7 +34,7 @@ from services.node_agent.publisher import InventoryPublisher
 from services.node_agent.settings import MODE_LABEL, NodeAgentSettings
 from services.node_agent.simulated import SimulatedSource
 from services.node_agent.verify import PodResourcesClient, PodResourcesUnavailable, Verifier
-from shared.bus import ALLOCATIONS, LOCKS, Bus, BusSettings, Route, read_typed
+from shared.bus import ALLOCATIONS, Bus, BusSettings, Route, read_typed
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
 from shared.config import SettingsError
@@ -44,7 +42,7 @@ from shared.errors import BusUnavailable, EventDecodeError
 from shared.events import AllocationDecided, AllocationReleased, Event, node_token
 from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
-from shared.ledger_entries import decode_entry
+from shared.ledger_entries import decode_entry, is_entry_key
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
 from shared.model import Allocation, DeviceMode, PodUID
 
@@ -112,7 +110,6 @@ class NodeAgent(Component):
         self.tasks = TaskSet(f"node-agent/{self.node}", on_fatal)
         self.advertised = Advertised(self.source.devices(), settings)
         self.health = Health(self.node, self.source, self.advertised, self.metrics, bus.emit)
-        self.leases = LeaseReleaser(self.node, bus, self.metrics)
         self.publisher = InventoryPublisher(self.node, self.advertised, bus, kube, settings)
         self.handoff = Handoff(
             settings=settings,
@@ -171,8 +168,6 @@ class NodeAgent(Component):
         exits.push_async_callback(self._subscription.stop)
         if self.dra is None:
             await self._rebuild_from_kv()
-        with contextlib.suppress(BusUnavailable):
-            await self.bus.kv(LOCKS)  # opened now, so a release in an outage needs no extra request
         await self._reconcile_with_kubelet()
         if self.health.injectable:
             service = await self.bus.serve(health_subject(self.node), self.health.on_request)
@@ -223,16 +218,15 @@ class NodeAgent(Component):
         if self.dra is not None:
             return  # DRA mode: the kubelet's prepare carries the claim; decisions are for the monitor
         if isinstance(event, AllocationDecided):
-            self.leases.decided(event)
             self.handoff.decided(event.allocation)
         elif isinstance(event, AllocationReleased):
-            self.leases.forget(PodUID(event.pod_uid))
             self.handoff.released(PodUID(event.pod_uid), event.ts)
             await self.handoff.reclaim(PodUID(event.pod_uid))
 
     async def _rebuild_from_kv(self) -> None:
         try:
-            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad_entry)
+            ledger = await read_typed(await self.bus.kv(ALLOCATIONS), decode_entry, self._count_bad_entry,
+                                      keep=is_entry_key)
         except BusUnavailable as e:
             log.warning("cannot rebuild pending decisions from KV now: %s", e)
             return
@@ -263,7 +257,6 @@ class NodeAgent(Component):
             self._subscription.resync()
 
     def _pod_done(self, allocation: Allocation, completed: Completed | None) -> None:
-        self.tasks.spawn(f"release-{allocation.pod_uid}", self.leases.release(allocation))
         if completed is not None and self.verifier is not None:
             self.verifier.completed(allocation)
 

@@ -4,7 +4,7 @@ Owns the node's :class:`PendingTable`, the bounded wait for a decision that has 
 the host side effects of an answer (the per-container cache directory) and the
 ``allocation.applied``/``allocation.failed`` events (emitted through the bus outbox, so a kubelet
 never waits on NATS). Finished pods go to ``on_done(allocation, completed)``: completed, or None when refused
-(the app releases leases and verifies completed ones).
+(the app verifies completed ones).
 It knows neither gRPC nor the NATS client: the servicer and the app sit on either side.
 
 Cache directories (``<hook>/vgpu/containers/<podUID>_<ctr>``) are created here and never deleted

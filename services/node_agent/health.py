@@ -7,7 +7,7 @@ publisher), counts it and publishes ``device.health``. The health query
 one) parses its request here (:func:`parse_health_request`, pure) and injects the change into the
 source, which reports it back through the same stream.
 
-Must not know the kubelet, decisions or leases.
+Must not know the kubelet or decisions.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class NodeAgentMetrics:
         self.bad_requests = Counter(
             "gpubus_node_agent_bad_requests",
             "Malformed outside input refused or ignored, by edge (Allocate, GetPreferredAllocation, "
-            "health_query, allocation_event, allocations_kv, decision_leases, healthchecks_setting)",
+            "health_query, allocation_event, allocations_kv, healthchecks_setting)",
             ["method"],
             registry=r,
         )

@@ -7,7 +7,7 @@ annotation when its JSON changes, and (``publish_capacity``) GPU memory and core
 capacity and allocatable when they change. A KV write or patch that fails is logged and retried on
 the next heartbeat.
 
-Must not know the kubelet, decisions or leases.
+Must not know the kubelet or decisions.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ awaited when the app's ``async with`` ends; if one ends unexpectedly the app rep
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gc
 import logging
@@ -30,8 +29,8 @@ from services.scheduler.errors import TLSConfigError
 from services.scheduler.extender import Extender
 from services.scheduler.fit import Policies
 from services.scheduler.forward import BindForwarder
+from services.scheduler.handoff_slots import HandoffSlots
 from services.scheduler.leader import LeaderElection
-from services.scheduler.leases import AllocLeases
 from services.scheduler.ledger import Ledger
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.nodeadmit import NodeBook
@@ -40,7 +39,7 @@ from services.scheduler.pod_cache import PodCache
 from services.scheduler.podconfirm import PodConfirmer
 from services.scheduler.preemptor import KubePreemptionApi, Outcome, Preemptor
 from services.scheduler.quota import NO_QUOTA, NamespaceQuota, namespace_quota
-from services.scheduler.reconcile import Reconciler
+from services.scheduler.reconcile import Reconciler, verdicts_since
 from services.scheduler.requeue import Requeuer
 from services.scheduler.settings import SchedulerSettings
 from services.scheduler.state import State
@@ -48,7 +47,6 @@ from services.scheduler.watched import AwaitingPods
 from shared.bus import Bus, BusSettings, Subscription
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
-from shared.errors import BusUnavailable
 from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
@@ -103,7 +101,7 @@ class SchedulerApp(Component):
         self._refusals: Subscription | None = None
         self.bus: Bus
         self.state: State
-        self.leases: AllocLeases
+        self.slots: HandoffSlots
         self.binder: Binder
         self.reconciler: Reconciler
         self.election: LeaderElection
@@ -119,7 +117,7 @@ class SchedulerApp(Component):
 
         The HTTP server starts last, after the ledger and inventory are loaded: no request is ever
         answered from a half-loaded picture (``/readyz`` is also false until then). Closed in
-        reverse: the server, the owned tasks, the leader's part, the leases, the state, NATS.
+        reverse: the server, the owned tasks, the leader's part, the state, NATS.
         """
         tls = _tls_context(self.settings)  # unusable files stop the start before anything runs
         self.bus = await Bus.connect(self.bus_settings, source=f"scheduler/{self.replica}")
@@ -142,7 +140,7 @@ class SchedulerApp(Component):
         self._wire_preemption()
         self.extender = self._extender()
         self._live_gauges()
-        await exits.enter_async_context(self.leases)
+        exits.callback(self.slots.wake)  # no bind sleeps on past the end
         await self.state.load()
         exits.push_async_callback(self._deposed)
         exits.push_async_callback(self._tasks.close)
@@ -165,7 +163,7 @@ class SchedulerApp(Component):
 
     def _wire_binding(self) -> None:
         s = self.settings
-        self.leases = AllocLeases(self.bus, ttl=s.lease_ttl_s, owner_alive=self._owner_alive)
+        self.slots = HandoffSlots(self.ledger.entries_on, owner_alive=self._owner_alive)
         self.state = State(
             self.bus,
             self.ledger,
@@ -177,7 +175,7 @@ class SchedulerApp(Component):
         self.binder = Binder(
             state=self.state,
             placement=self.placement,
-            leases=self.leases,
+            slots=self.slots,
             kube=self.kube,
             pods=self.pods,
             leadership=self.election,
@@ -203,7 +201,6 @@ class SchedulerApp(Component):
         )
         self.reconciler = Reconciler(
             self.state,
-            self.leases,
             self.kube,
             binder=self.binder,
             phases=self.phases,
@@ -213,6 +210,7 @@ class SchedulerApp(Component):
             names=self.names,
             nodes=self.nodes,
             awaiting=self.awaiting,
+            served=self.slots.served,
         )
 
     def _wire_preemption(self) -> None:
@@ -321,16 +319,6 @@ class SchedulerApp(Component):
                     "1 once inventory and ledger are loaded",
                     lambda: float(self.state.ready),
                 ),
-                "gpubus_scheduler_lease_takeovers": (
-                    "Allocate leases deleted because their pod was past Allocate before the node-agent "
-                    "released them (the usual race on a busy node, not an error)",
-                    lambda: float(self.leases.takeovers),
-                ),
-                "gpubus_scheduler_leases_swept": (
-                    "Allocate leases the leader deleted because they outlived their TTL with their "
-                    "owner gone (the server's TTL expiry missed them)",
-                    lambda: float(self.leases.swept),
-                ),
             }
         )
 
@@ -342,16 +330,19 @@ class SchedulerApp(Component):
         return self.binder.owner_alive(uid)
 
     def _on_change(self, node: NodeName) -> None:
-        self.leases.wake(node)
+        self.slots.wake(node)
         if self.preemptor.holds:
             self.preemptor.on_change(node)
 
     async def _elected(self) -> None:
-        # forwarded binds first: standbys send them as soon as they see this replica lead, and a
+        # the term first: no decision before the ledger holds every one the old term got stored
+        term = await self.state.begin_term(self.replica, within_s=self.settings.leader_ttl_s)
+        log.info("replica %s decides in term %d", self.replica, term)
+        # forwarded binds next: standbys send them as soon as they see this replica lead, and a
         # bind needs neither the verdicts (replayed from ``since``) nor the pod watch
         await self.forwarder.serve(self.extender.bind_here)
         self.requeuer.nudge("this replica leads now")
-        since = self.clock() - 2 * self.settings.lease_ttl_s
+        since = verdicts_since(self.ledger.entries(), self.clock(), self.settings.lease_ttl_s)
         self._verdicts = await self.reconciler.subscribe_verdicts(since)
         if self.kube is None:
             self.reconciler.pods_synced.set()  # no pods to watch
@@ -365,11 +356,13 @@ class SchedulerApp(Component):
             self._refusals = await self.bus.subscribe("gpubus.pod.unschedulable.>", self.preemptor.on_event)
 
     async def _deposed(self) -> None:
+        self.state.end_term()
         await self.forwarder.stop()
         await self._leader_tasks.close()
         for sub in self._verdicts:
             await sub.stop()
         self._verdicts = []
+        await self.reconciler.close()
         if self._refusals is not None:
             await self._refusals.stop()
             self._refusals = None
@@ -380,11 +373,7 @@ class SchedulerApp(Component):
             await asyncio.sleep(_SWEEP_S)
             for lapsed in self.ledger.expire(self.clock()):
                 log.warning("reservation for %s/%s on %s lapsed", lapsed.namespace, lapsed.name, lapsed.node)
-                self.leases.wake(lapsed.node)
-            if self.election.is_leader:
-                with contextlib.suppress(BusUnavailable):
-                    if swept := await self.leases.sweep():
-                        log.warning("%d Allocate lease(s) outlived their TTL on the server; deleted", swept)
+                self.slots.wake(lapsed.node)
 
 
 def _tls_context(settings: SchedulerSettings) -> ssl.SSLContext | None:

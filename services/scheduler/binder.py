@@ -1,11 +1,14 @@
-"""Bind: turn kube-scheduler's choice of node into a decided, leased, ledgered and bound pod.
+"""Bind: turn kube-scheduler's choice of node into a decided, ledgered and bound pod.
 
 The order is the Allocate handoff (``shared/handoff.py``; the README's node-agent section, "The
 Allocate handoff"): Fit against the current ledger under a per-node lock and reserve the result in
-process; take the pod's ambiguity leases; write the DECIDED ledger entry and publish
-``allocation.decided``; POST the Binding carrying the HAMi annotations in its own metadata (one
-atomic write). Any failure undoes what was done (reservation, entry + a
-released event, leases) and raises :class:`BindError` with a message for the pod's events.
+process; wait for the pod's handoff slots (``handoff_slots``: no other pod of its container sizes
+decided on the node and not yet allocated); write the DECIDED ledger entry, fenced on this
+leader's term, and then publish ``allocation.decided``; POST the Binding carrying the HAMi
+annotations in its own metadata (one atomic write). Any failure undoes what was done (reservation,
+entry + a released event) and raises :class:`BindError` with a message for the pod's events; a
+decision the store refused (a newer term began: this replica no longer leads) wrote nothing, so
+only the reservation goes.
 
 The decision that could over-commit is made here: Fit runs against the ledger and its result is
 reserved in the same synchronous step (under the node's lock, with no ``await`` between them), so
@@ -21,7 +24,7 @@ provisional slice is on the node prioritize will rank first, lapses after ``prov
 and is dropped by the pod's own bind before its real Fit (on whatever node was chosen). It never
 decides anything: it only makes the next filters see the capacity as taken.
 
-This is orchestration; each step is a call into ``placement``, ``state``, ``leases`` or the
+This is orchestration; each step is a call into ``placement``, ``state``, ``handoff_slots`` or the
 Kubernetes port. Must not know HTTP.
 """
 
@@ -36,7 +39,7 @@ from typing import Any, Protocol
 
 from services.scheduler.errors import BindError
 from services.scheduler.fit import NodeFit
-from services.scheduler.leases import AllocLeases, LeaseTimeout
+from services.scheduler.handoff_slots import HandoffSlots, LeaseTimeout
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.nodeadmit import NodeBook, node_rejects
 from services.scheduler.placement import Placement
@@ -45,7 +48,7 @@ from services.scheduler.state import State
 from services.scheduler.watched import AwaitingPods
 from services.scheduler.wire import BindingArgs
 from shared import annotations as ann
-from shared.errors import AnnotationError, BusUnavailable, RequestError
+from shared.errors import AnnotationError, BusUnavailable, Fenced, RequestError
 from shared.handoff import device_counts
 from shared.kube import KubeApi, KubeError
 from shared.model import Allocation, AllocationState, NodeName, PodRequest, PodUID
@@ -61,6 +64,10 @@ class Leadership(Protocol):
     @property
     def leader(self) -> str | None:
         """The replica that binds, as far as this one knows."""
+        ...
+
+    def fenced(self, why: str) -> None:
+        """The store refused this replica's decision: a newer term began, so step down."""
         ...
 
 
@@ -107,7 +114,7 @@ class Binder:
         *,
         state: State,
         placement: Placement,
-        leases: AllocLeases,
+        slots: HandoffSlots,
         kube: KubeApi | None,
         pods: PodCache,
         leadership: Leadership,
@@ -124,7 +131,7 @@ class Binder:
         self._nodes = nodes
         """The Node objects the node watch saw: /bind re-checks selector, affinity and taints."""
         self._placement = placement
-        self._leases = leases
+        self._slots = slots
         self._kube = kube
         self._pods = pods
         self._leadership = leadership
@@ -141,7 +148,7 @@ class Binder:
         return uid in self._in_flight
 
     def owner_alive(self, uid: str) -> bool:
-        """A lease owner is alive while its bind runs or its entry waits for Allocate."""
+        """A slot's holder is alive while its bind runs or its entry waits for Allocate."""
         if uid in self._in_flight:
             return True
         entry = self._state.ledger.entry(PodUID(uid))
@@ -223,35 +230,47 @@ class Binder:
     async def _bind_gpu_pod(self, args: BindingArgs, request: PodRequest, node: NodeName) -> str:
         uid = request.uid
         reserved = decided = False
-        leases = []
         try:
+            if not await self._state.in_term(self._opt.bind_timeout_s):
+                raise BindError("not_leader", "this scheduler replica leads but has not begun its term")
             allocation = await self._reserve(request, node)
             reserved = True
-            started = time.monotonic()
+            held = await self._slots_for(allocation)
             try:
-                leases = await self._leases.acquire(
-                    node, device_counts(allocation.devices), uid, started + self._opt.bind_timeout_s
-                )
-            except LeaseTimeout as e:
-                raise BindError(
-                    "lease_timeout",
-                    f"{e}; gave up after {self._opt.bind_timeout_s:.0f}s "
-                    f"(the node-agent has not run Allocate for it yet)",
-                ) from None
-            self._metrics.lease_wait_seconds.observe(time.monotonic() - started)
-            if not self._leadership.is_leader:
-                # the wait for a lease can outlast a term: a deposed replica decides nothing
-                raise BindError("not_leader", "this scheduler replica stopped leading while the bind waited")
-            # Set first: a decide that fails after its KV write (or whose event is still queued)
-            # must be undone with a full release, so the node-agent sees released after decided.
-            decided = True
-            held = {lease.key: lease.revision for lease in leases if lease.revision is not None}
-            await self._state.decide(allocation, held)
+                if not self._leadership.is_leader:
+                    # the wait for a slot can outlast a term: a deposed replica decides nothing
+                    raise BindError("not_leader",
+                                    "this scheduler replica stopped leading while the bind waited")
+                # Set first: a decide that fails after its KV write (or whose event is still queued)
+                # must be undone with a full release, so the node-agent sees released after decided.
+                decided = True
+                await self._state.decide(allocation)
+            except Fenced as e:
+                decided = False  # the store refused it: nothing was written or sent
+                self._leadership.fenced(str(e))
+                raise BindError("not_leader", f"this scheduler replica no longer leads: {e}") from None
+            finally:
+                self._slots.release(held)  # the ledger holds the decision's slots from here
             await self._post_binding(args, node, hami_annotations(allocation, allocation.decided_at))
         except BaseException as e:
-            await self._undo(uid, node, leases, e, reserved=reserved, decided=decided)
+            await self._undo(uid, node, e, reserved=reserved, decided=decided)
             raise
         return "bound"
+
+    async def _slots_for(self, allocation: Allocation) -> list[asyncio.Lock]:
+        """Wait for the pod's handoff slots on its node (within the bind budget)."""
+        started = time.monotonic()
+        try:
+            held = await self._slots.acquire(allocation.node, device_counts(allocation.devices),
+                                             allocation.pod_uid, started + self._opt.bind_timeout_s)
+        except LeaseTimeout as e:
+            raise BindError(
+                "lease_timeout",
+                f"{e}; gave up after {self._opt.bind_timeout_s:.0f}s "
+                f"(the node-agent has not run Allocate for it yet)",
+            ) from None
+        self._metrics.lease_wait_seconds.observe(time.monotonic() - started)
+        return held
 
     async def _reserve(self, request: PodRequest, node: NodeName) -> Allocation:
         async with self._node_locks.setdefault(node, asyncio.Lock()):
@@ -284,14 +303,7 @@ class Binder:
         )
 
     async def _undo(
-        self,
-        uid: PodUID,
-        node: NodeName,
-        leases: list[Any],
-        error: BaseException,
-        *,
-        reserved: bool,
-        decided: bool,
+        self, uid: PodUID, node: NodeName, error: BaseException, *, reserved: bool, decided: bool
     ) -> None:
         """Take back what this bind wrote, and only that: an entry it did not reserve is another
         bind's (or the pod's earlier, still valid, one)."""
@@ -301,10 +313,9 @@ class Binder:
                 await self._state.release(uid, why)
             elif reserved:
                 self._drop_reserved(uid)
-            await self._leases.release(leases)
         except BusUnavailable as e:
             log.error("pod %s: could not undo a failed bind (%s); reconcile will release it", uid, e)
-        self._leases.wake(node)
+        self._slots.wake(node)
 
     async def _pod(
         self, args: BindingArgs, *, cached: bool = True

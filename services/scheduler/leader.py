@@ -94,6 +94,13 @@ class LeaderElection:
             with contextlib.suppress(BusUnavailable, asyncio.CancelledError):
                 await self._lease.release()
 
+    def fenced(self, why: str) -> None:
+        """The store refused a decision of this replica's term (a newer term began): whatever the
+        lease looks like from here, step down now (:meth:`run` campaigns again, as a standby)."""
+        if self.is_leader and self._lease is not None:
+            log.warning("replica %s was fenced off (%s); stepping down", self.replica, why)
+            self._lease.give_up("a newer scheduler term began")
+
     async def abdicate_without_release(self) -> None:
         """Stop renewing but leave the key to expire (what a crash looks like; for tests)."""
         if self._lease is not None:

@@ -225,7 +225,8 @@ class SchedulerMetrics:
         )
         self.lease_wait_seconds = Histogram(
             "gpubus_scheduler_lease_wait_seconds",
-            "Time a bind waited for its Allocate leases",
+            "Time a bind waited for its Allocate handoff slots (another pod of its size decided on its "
+            "node and not yet allocated)",
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )

@@ -10,7 +10,7 @@ failure frees the slice) and have the pod's ``hami.io/bind-phase`` set to match 
 ``hami.io/vgpu-node`` label in the same patch), off the event path.
 Every replica: watch nodes for the annotations Fit reads and to drop removed nodes.
 
-Orchestration over ``state``, ``leases`` and the Kubernetes port; must not know HTTP or Fit.
+Orchestration over ``state`` and the Kubernetes port; must not know HTTP or Fit.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from services.scheduler.binder import Binder
 from services.scheduler.bindphase import BindPhaseWriter
-from services.scheduler.leases import AllocLeases
 from services.scheduler.metrics import SchedulerMetrics
 from services.scheduler.nodeadmit import NodeBook
 from services.scheduler.state import State
@@ -35,6 +34,7 @@ from shared.bus import Subscription
 from shared.errors import AnnotationError, BusUnavailable, RequestError
 from shared.events import AllocationApplied, AllocationFailed, Event
 from shared.kube import KubeApi, list_and_watch_nodes, list_and_watch_pods
+from shared.lifetime import TaskSet
 from shared.model import Allocation, AllocationState, DeviceUUID, MigSlice, NodeName, PodDevices, PodUID
 from shared.requests import DEFAULT_NAMES, ResourceNames, container_request
 
@@ -176,13 +176,44 @@ def _with_mig(
     return tuple(tuple(slot) for slot in out)
 
 
+#: The furthest back a new leader replays verdicts, seconds (an entry older than this that still
+#: waits for its verdict waits for its pod's end or a retried bind).
+_REPLAY_MAX_S = 3600.0
+
+
+def verdicts_since(entries: Iterable[Allocation], now: float, margin_s: float) -> float:
+    """Where a new leader replays node-agent verdicts from: ``2 * margin_s`` before the oldest
+    entry still waiting for its verdict (DECIDED), or before now; at most ``_REPLAY_MAX_S`` back.
+
+    A DECIDED entry holds its handoff slots until its verdict is applied, so a verdict published
+    while no replica led (a leader that died with its APPLIED write in flight, every replica down
+    for a while) must be replayed, or the slot would stay held for as long as the pod runs."""
+    waiting = (e.decided_at for e in entries if e.state is AllocationState.DECIDED)
+    oldest = min(waiting, default=now)
+    return max(min(oldest, now) - 2 * margin_s, now - _REPLAY_MAX_S)
+
+
+def _started_where_decided(pod: Mapping[str, Any], entry: Allocation) -> bool:
+    """A DECIDED entry whose pod runs on the entry's node: the kubelet admitted it (Allocate ran)."""
+    return (entry.state is AllocationState.DECIDED
+            and (pod.get("status") or {}).get("phase") == "Running"
+            and (pod.get("spec") or {}).get("nodeName") == entry.node)
+
+
+#: ``served(pod, node)``: a context in which the pod counts as allocated for the handoff slots.
+Served = Callable[[PodUID, NodeName], contextlib.AbstractContextManager[None]]
+
+
+def _no_slots(pod: PodUID, node: NodeName) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
 class Reconciler:
     """The leader's loops that keep the ledger equal to the cluster and to the node-agents."""
 
     def __init__(
         self,
         state: State,
-        leases: AllocLeases,
         kube: KubeApi | None,
         *,
         binder: Binder,
@@ -193,13 +224,18 @@ class Reconciler:
         names: ResourceNames = DEFAULT_NAMES,
         nodes: NodeBook | None = None,
         awaiting: AwaitingPods | None = None,
+        served: Served = _no_slots,
     ) -> None:
         self._state = state
+        self._served = served
+        """Frees a pod's handoff slots while its APPLIED write runs (``HandoffSlots.served``)."""
+        self._writes = TaskSet("scheduler-verdicts")
+        """The APPLIED writes of verdicts, each its own task (see :meth:`on_verdict`)."""
+        self._applying: set[PodUID] = set()
         self._awaiting = awaiting if awaiting is not None else AwaitingPods()
         """Our unbound pods, whole, as this watch shows them (read by /bind)."""
         self._nodes = nodes if nodes is not None else NodeBook()
         """Labels, taints and unschedulable of every node, for /bind's node-side checks."""
-        self._leases = leases
         self._kube = kube
         self._binder = binder
         """Its running binds: a pod being bound is alive even before its entry is written."""
@@ -239,19 +275,21 @@ class Reconciler:
         slice for someone else (a retried bind's old node, a stray publisher)."""
         if isinstance(event, AllocationApplied) and event.complete:
             uid = PodUID(event.pod_uid)
-            if self._awaiting_verdict(event, uid) is not None:
-                applied = await self._state.set_state(uid, AllocationState.APPLIED)
-                if applied is not None:
-                    self._phase(applied, ann.BindPhase.SUCCESS)
+            entry = self._awaiting_verdict(event, uid)
+            if entry is not None and uid not in self._applying:
+                # Not awaited here: verdicts are handled one at a time, and the next pod of this
+                # size on the node waits for this one's slot, so a KV round trip per verdict in
+                # line would queue every bind behind the slowest. A leader that dies before the
+                # write replays the verdict (``subscribe_verdicts``).
+                self._applying.add(uid)
+                self._writes.spawn(f"applied-{uid}", self._applied(uid, entry.node))
         elif isinstance(event, AllocationFailed) and event.pod_uid:
             uid = PodUID(event.pod_uid)
             entry = self._awaiting_verdict(event, uid)
-            if entry is None:
+            if entry is None or uid in self._applying:
                 return
             await self._state.set_state(uid, AllocationState.FAILED)
             self._phase(entry, ann.BindPhase.FAILED)
-            await self._leases.release_for(entry.node, entry.devices, uid)
-            self._leases.wake(entry.node)
             self._metrics.released.labels("allocation_failed").inc()
             log.warning(
                 "pod %s/%s: Allocate failed on %s (%s); its slice is free again",
@@ -260,6 +298,23 @@ class Reconciler:
                 entry.node,
                 event.reason,
             )
+
+    async def _applied(self, uid: PodUID, node: NodeName) -> None:
+        """Write the entry APPLIED; its handoff slots are free from the start (``served``)."""
+        try:
+            with self._served(uid, node):
+                applied = await self._state.set_state(uid, AllocationState.APPLIED)
+        except BusUnavailable as e:
+            log.warning("pod %s: could not record Allocate's verdict (%s); the entry stays decided", uid, e)
+            return
+        finally:
+            self._applying.discard(uid)
+        if applied is not None:
+            self._phase(applied, ann.BindPhase.SUCCESS)
+
+    async def close(self) -> None:
+        """Stop the verdict writes still running (a deposed leader's; the next one replays them)."""
+        await self._writes.close()
 
     def _awaiting_verdict(self, event: Event, uid: PodUID) -> Allocation | None:
         """The DECIDED entry ``event`` speaks of; None when there is none, or (counted) when the
@@ -319,7 +374,7 @@ class Reconciler:
 
     async def reconcile(self, listed_at: float) -> None:
         """Release entries whose pod is gone, and decided entries whose pod is still unbound: a
-        leader that died between its decision and the binding left them (and its node's leases)
+        leader that died between its decision and the binding left them (holding their handoff slots)
         behind, and no Allocate will ever free them (decided before the list was taken)."""
         for entry in list(self._state.ledger.entries()):
             if (
@@ -358,8 +413,15 @@ class Reconciler:
                 await self.release(PodUID(uid), "pod deleted" if kind == "DELETED" else "pod finished")
             return
         self._live[uid] = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        if self._state.ledger.entry(PodUID(uid)) is None and not self._binder.binding(uid):
+        entry = self._state.ledger.entry(PodUID(uid))
+        if entry is None and not self._binder.binding(uid):
             await self._adopt(pod)
+        elif entry is not None and _started_where_decided(pod, entry) and uid not in self._applying:
+            # Allocate ran before its containers started, whatever became of the node-agent's
+            # verdict (lost with its process, dropped from a full outbox): the slot must not
+            # stay held while the pod runs. Usually the verdict came first and this never runs.
+            self._applying.add(PodUID(uid))
+            self._writes.spawn(f"applied-{uid}", self._applied(PodUID(uid), entry.node))
 
     def live(self, uid: str) -> tuple[str, str] | None:
         """(namespace, name) of the pod with this UID if the pod watch shows it alive."""
@@ -395,8 +457,6 @@ class Reconciler:
             return
         if held is None:
             return
-        await self._leases.release_for(held.node, held.devices, uid)
-        self._leases.wake(held.node)
         self._metrics.released.labels(why.split(":", maxsplit=1)[0].replace(" ", "_")).inc()
 
     # --- nodes -----------------------------------------------------------------------------

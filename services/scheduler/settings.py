@@ -36,9 +36,11 @@ class SchedulerSettings(ResourceNameSettings):
     single_node_filter: bool = False
     """HAMi mode: filter returns only the single best node instead of every fitting node."""
     lease_ttl_s: float = 30.0
-    """TTL of the Allocate ambiguity leases (``alloc.<node>.<n>``), seconds; a dead holder frees it."""
+    """Seconds; a new leader replays node-agent verdicts from twice this long ago (it was the TTL of
+    the Allocate leases, which the leader's ledger and fenced decisions replaced: issue 32)."""
     bind_timeout_s: float = 25.0
-    """Longest a bind waits for an ambiguity lease, seconds; keep below the extender ``httpTimeout``."""
+    """Longest a bind waits for its Allocate handoff slots, seconds; keep below the extender
+    ``httpTimeout``."""
     forward_timeout_s: float = 28.0
     """How long a standby waits for the leader to answer a forwarded /bind, seconds; keep above
     ``bind_timeout_s`` and below the extender ``httpTimeout`` (30 s in the chart)."""

@@ -10,6 +10,13 @@ write) is not decoded at all, and a skipped entry is counted by ``kind`` (key mi
 It is also the only writer of the ``allocations`` bucket (used by the leader): every write is applied
 to the in-memory ledger first (or with the revision NATS returned), so the watch echo changes nothing.
 
+The leader's term lives in the same bucket (``TERM_KEY``, :meth:`begin_term`): a new leader bumps it
+and waits until its watch has delivered that revision, so its ledger holds every decision the stream
+accepted before (the ordered watch delivers the bucket in stream order). Each DECIDED entry is then
+written fenced on the term: JetStream stores it only while the term key is still at this leader's
+revision, so a deposed leader that still believes it leads decides nothing (docs/services/scheduler.md,
+"Fencing").
+
 Must not know HTTP, Kubernetes or the Fit engine.
 """
 
@@ -20,16 +27,23 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from services.scheduler.ledger import STALE_HEARTBEATS, Ledger, NodeInventory
 from shared.bus import ALLOCATIONS, INVENTORY, KV, Bus, Entry, Subscription, Watch
-from shared.errors import BusUnavailable, CasConflict, EventDecodeError
+from shared.errors import BusUnavailable, CasConflict, EventDecodeError, Fenced
 from shared.events import AllocationDecided, AllocationReleased, Event, Inventory
 from shared.inventory_entries import decode_inventory_entry
 from shared.kv_reading import decode_one
-from shared.ledger_entries import KeyMismatch, decode_allocation, decode_entry, encode_allocation
+from shared.ledger_entries import (
+    TERM_KEY,
+    KeyMismatch,
+    decode_allocation,
+    decode_entry,
+    encode_allocation,
+    is_entry_key,
+)
 from shared.model import Allocation, AllocationState, NodeName, PodUID
 
 log = logging.getLogger(__name__)
@@ -96,6 +110,12 @@ class State:
         self._watches: list[Watch] = []
         self._subscription: Subscription | None = None
         self._own_tombstones: dict[PodUID, int] = {}
+        self.term: int | None = None
+        """This replica's term (the term key's revision it wrote) while it leads; None otherwise."""
+        self._term_seen = 0
+        """The newest revision of the term key the load or the watch delivered."""
+        self._term_moved = asyncio.Event()
+        self._term_begun = asyncio.Event()
         self.ready = False
         self.loaded_in_s = 0.0
 
@@ -113,7 +133,10 @@ class State:
         allocs = await self._allocations.snapshot()
         with _collector_paused():
             for uid, entry in allocs.entries.items():
-                self._on_allocation_entry(uid, entry)
+                if is_entry_key(uid):
+                    self._on_allocation_entry(uid, entry)
+                else:
+                    self._note_term(entry.revision)
         self._watches.append(
             await self._inventory.watch(self._watch_inventory, start_revision=inv.revision + 1)
         )
@@ -216,6 +239,10 @@ class State:
         log.warning("%s", message)
 
     async def _watch_allocations(self, key: str, entry: Entry | None) -> None:
+        if not is_entry_key(key):
+            if entry is not None:
+                self._note_term(entry.revision)
+            return
         if entry is not None:
             self._on_allocation_entry(key, entry)
             return
@@ -239,6 +266,59 @@ class State:
         if self._on_change is not None:
             self._on_change(node)
 
+    def _note_term(self, revision: int) -> None:
+        if revision > self._term_seen:
+            self._term_seen = revision
+            self._term_moved.set()
+
+    # --- the term (leader only) ------------------------------------------------------------
+
+    async def begin_term(self, holder: str, *, within_s: float) -> int:
+        """Bump the term key (compare-and-set over what it holds), then wait until the ledger holds
+        every message of the bucket up to the new revision; returns it (the term).
+
+        Any decision of an earlier term was either stored before the bump (and is in the ledger
+        once this returns) or is refused by the store from now on. ``BusUnavailable`` when the watch
+        does not deliver the bump within ``within_s`` (the caller steps down and campaigns again).
+        """
+        self.end_term()
+        kv = self._kv()
+        while True:
+            held = await kv.get(TERM_KEY)
+            try:
+                if held is None:
+                    revision = await kv.create(TERM_KEY, holder.encode())
+                else:
+                    revision = await kv.update(TERM_KEY, holder.encode(), last=held.revision)
+                break
+            except CasConflict:
+                continue  # another replica bumped it between the read and the write: bump over it
+        try:
+            async with asyncio.timeout(within_s):
+                while self._term_seen < revision:
+                    self._term_moved.clear()
+                    await self._term_moved.wait()
+        except TimeoutError:
+            raise BusUnavailable(f"the ledger watch did not deliver term {revision} "
+                                 f"within {within_s:.0f}s") from None
+        self.term = revision
+        self._term_begun.set()
+        return revision
+
+    def end_term(self) -> None:
+        """Stop deciding: this replica no longer leads."""
+        self.term = None
+        self._term_begun.clear()
+
+    async def in_term(self, within_s: float) -> bool:
+        """Wait (at most ``within_s``) until this replica holds a term; whether it does. A new
+        leader's first binds wait here while it bumps the term and reads the ledger up to it."""
+        if self.term is None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within_s):
+                    await self._term_begun.wait()
+        return self.term is not None
+
     # --- writing (leader only) -------------------------------------------------------------
 
     def _kv(self) -> KV:
@@ -246,34 +326,38 @@ class State:
             raise BusUnavailable("state not loaded")
         return self._allocations
 
-    async def write(self, allocation: Allocation) -> int:
-        """Put the entry in KV and in the ledger (at the revision KV gave it)."""
-        revision = await self._kv().put(allocation.pod_uid, encode_allocation(allocation))
+    async def write(self, allocation: Allocation, *, fenced: bool = False) -> int:
+        """Put the entry in KV and in the ledger (at the revision KV gave it).
+
+        ``fenced``: stored only within this replica's term (``Fenced`` outside one, or when a newer
+        term began): the write of a DECIDED entry. It checks nothing about the pod's own key: the
+        leader is the only writer of DECIDED entries, binds one pod at a time (``Binder._in_flight``)
+        and holds the ledger in memory, so there is no concurrent writer of that key to lose to.
+        """
+        if not fenced:
+            revision = await self._kv().put(allocation.pod_uid, encode_allocation(allocation))
+        elif self.term is None:
+            raise Fenced("this replica holds no term: it does not lead")
+        else:
+            revision = await self._kv().put(allocation.pod_uid, encode_allocation(allocation),
+                                            fence=(TERM_KEY, self.term))
         self.ledger.apply(allocation, revision)
         self._changed(allocation.node)
         return revision
 
-    async def decide(self, allocation: Allocation, leases: Mapping[str, int] | None = None) -> int:
-        """Write a DECIDED entry and publish ``allocation.decided`` (both before the Binding);
-        ``leases``: the Allocate leases held for it, key -> revision."""
+    async def decide(self, allocation: Allocation) -> int:
+        """Write a DECIDED entry, fenced on this replica's term, then publish ``allocation.decided``
+        (both before the Binding). ``Fenced``: the store refused it, nothing was written or sent.
+
+        The event waits for the entry's ack: a decision the store refused (a deposed leader's) must
+        never reach a node-agent, whose Allocate would serve it. In order with the releases emitted
+        before it: the event stream never shows a decision ahead of the release that freed its
+        capacity. If the event fails, the caller releases (the release is queued behind it).
+        """
         decided = replace(allocation, state=AllocationState.DECIDED, expires_at=0.0)
-        # In order with the releases emitted before it: the event stream must never show a
-        # decision ahead of the release that freed its capacity. The entry and the event go out
-        # together and their acks are awaited together: one round trip instead of two. Whichever
-        # fails, the caller releases (the release is queued behind the event, so a node-agent that
-        # got the decision also gets its end).
-        written, published = await asyncio.gather(
-            self.write(decided),
-            self.bus.publish_in_order(
-                AllocationDecided(allocation=decided, node=decided.node, leases=dict(leases or {}))
-            ),
-            return_exceptions=True,  # both settled before the caller undoes anything
-        )
-        for outcome in (written, published):
-            if isinstance(outcome, BaseException):
-                raise outcome
-        assert isinstance(written, int)
-        return written
+        revision = await self.write(decided, fenced=True)
+        await self.bus.publish_in_order(AllocationDecided(allocation=decided, node=decided.node))
+        return revision
 
     async def set_state(self, uid: PodUID, state: AllocationState) -> Allocation | None:
         """Move an entry to ``state`` (compare-and-set against its revision; retried once on a race)."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 STREAM = "GPUBUS"
 #: Node -> its full inventory (:mod:`shared.inventory_entries`).
 INVENTORY = "inventory"
-#: Pod UID -> its allocation, the ledger (:mod:`shared.ledger_entries`).
+#: Pod UID -> its allocation, the ledger (:mod:`shared.ledger_entries`), and the leader's term key.
 ALLOCATIONS = "allocations"
-#: Leases: the node locks, the Allocate ambiguity leases (:mod:`shared.handoff`), the leader lease.
+#: Leases: the scheduler leader lease (the Allocate ambiguity leases of :mod:`shared.handoff` are gone).
 LOCKS = "locks"
 #: Every bucket, in the order the schema creates them.
 BUCKETS = (INVENTORY, ALLOCATIONS, LOCKS)

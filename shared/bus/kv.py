@@ -27,7 +27,7 @@ from shared.bus import natspy
 from shared.bus.acked import publish_acked
 from shared.bus.errors import translated
 from shared.bus.failover import through_failover
-from shared.errors import BusUnavailable, CasConflict
+from shared.errors import BusUnavailable, CasConflict, Fenced
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ _SNAPSHOT_HEARTBEAT_S = 1.0
 _IDLE_HEARTBEAT = "100"
 #: Pause before reading a snapshot again that a leader election cut short, seconds.
 _SNAPSHOT_RETRY_S = 0.2
+
+#: The key a fenced write checks instead of its own (nats-server >= 2.11).
+_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 #: Deleted, purged or expired: the key has no current value.
 _TOMBSTONE_OPS = frozenset({KV_DEL, KV_PURGE})
@@ -140,9 +143,25 @@ class KV:
             return None
         return Entry(e.value, e.revision or 0)
 
-    async def put(self, key: str, value: bytes) -> int:
-        """Write unconditionally; returns the new revision."""
-        return await self._write(key, value, {}, f"kv put {self.bucket}/{key}")
+    async def put(self, key: str, value: bytes, *, fence: tuple[str, int] | None = None) -> int:
+        """Write; returns the new revision.
+
+        ``fence=(other_key, revision)``: stored only while ``other_key`` of this bucket is still at
+        ``revision`` (JetStream checks it, in the same step as the store); ``Fenced`` otherwise. A
+        message carries one expected-sequence check, so a fenced put checks nothing about ``key``.
+        """
+        if fence is None:
+            return await self._write(key, value, {}, f"kv put {self.bucket}/{key}")
+        other, revision = fence
+        headers = {api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(revision),
+                   _EXPECTED_SUBJECT: self._prefix + other}
+        what = f"kv put {self.bucket}/{key} fenced on {other}@{revision}"
+        try:
+            return await self._write(key, value, headers, what)
+        except Fenced:
+            raise
+        except CasConflict as e:
+            raise Fenced(f"{what}: {other} has moved on") from e
 
     async def create(self, key: str, value: bytes, *, ttl: float | None = None,
                      over: int | None = None) -> int:

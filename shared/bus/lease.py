@@ -165,6 +165,11 @@ class Lease:
         task, self._renewer = self._renewer, None
         await cancel_and_wait(task)  # skips the renewer itself, which cannot wait for its own end
 
+    def give_up(self, why: str) -> None:
+        """Count the lease as lost now (the holder learnt elsewhere that it no longer holds it): its
+        renewals stop and ``lost`` is set; the key itself is left to its new holder or its TTL."""
+        self._mark_lost(why)
+
     def _mark_lost(self, why: str) -> None:
         if not self.lost.is_set():
             log.warning("lease %s held by %s lost: %s", self.key, self.owner, why)

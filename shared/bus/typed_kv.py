@@ -7,6 +7,7 @@ through :func:`shared.kv_reading.decode_all`. Callers pass the entry codec (``de
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
 
 from shared.bus.kv import KV
@@ -15,9 +16,12 @@ from shared.kv_reading import Decode, Decoded, OnSkip, decode_all
 T = TypeVar("T")
 
 
-async def read_typed(kv: KV, decode: Decode[T], on_skip: OnSkip | None = None) -> Decoded[T]:
+async def read_typed(kv: KV, decode: Decode[T], on_skip: OnSkip | None = None, *,
+                     keep: Callable[[str], bool] = lambda key: True) -> Decoded[T]:
     """The bucket's live entries decoded; each bad one logged once and passed to ``on_skip``.
+    ``keep``: which keys are entries at all (others are neither decoded nor counted).
 
     Raises ``BusUnavailable`` as :meth:`KV.snapshot` does; decoding never raises."""
     snapshot = await kv.snapshot()
-    return decode_all(kv.bucket, ((k, e.value) for k, e in snapshot.entries.items()), decode, on_skip)
+    pairs = ((k, e.value) for k, e in snapshot.entries.items() if keep(k))
+    return decode_all(kv.bucket, pairs, decode, on_skip)

@@ -86,13 +86,16 @@ def kv_messages() -> list[Message]:
                                         schema_id=schema_id(f"kv.{INVENTORY}", Inventory.VERSION))),
         Message(name=f"kv.{ALLOCATIONS}", major=ALLOCATION_ENTRY_MAJOR,
                 address=f"$KV.{ALLOCATIONS}.{{pod_uid}}",
-                parameters=(("pod_uid", "The pod's UID: the ledger is keyed by pod."),),
+                parameters=(("pod_uid", "The pod's UID: the ledger is keyed by pod. One key is not a "
+                                        "pod's: term.scheduler, whose revision is the scheduler "
+                                        "leader's term, on which every DECIDED entry is fenced "
+                                        "(its value: the leader replica's name)."),),
                 content_type=MSGPACK, summary=class_doc(Allocation),
                 schema=dataclass_schema(Allocation,
                                         schema_id=schema_id(f"kv.{ALLOCATIONS}", ALLOCATION_ENTRY_MAJOR))),
         Message(name=f"kv.{LOCKS}", major=LOCK_ENTRY_MAJOR, address=f"$KV.{LOCKS}.{{lease}}",
-                parameters=(("lease", "alloc.<node>.<devices per container> (Allocate ambiguity leases) "
-                                      "or leader.scheduler (the scheduler's leader lease)."),),
+                parameters=(("lease", "leader.scheduler (the scheduler's leader lease); the Allocate "
+                                      "ambiguity leases alloc.<node>.<n> are gone since issue 32."),),
                 content_type="text/plain", summary="Leases: who holds each (a TTL bucket).",
                 schema=lock_schema),
     ]

@@ -53,8 +53,8 @@ class AllocationDecided(Event):
 
     allocation: Allocation
     leases: dict[str, int] = field(default_factory=dict)
-    """Allocate lease key -> the revision the scheduler took it at: the node-agent releases each
-    with one compare-and-delete instead of a read and a delete (empty from older schedulers)."""
+    """Unused since the Allocate leases went (issue 32): never written, ignored when read. Kept in
+    the schema so that decisions of older schedulers still decode (docs/events.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,7 +34,7 @@ from services.authn.app import Authn, AuthnApp
 from services.authn.settings import AuthnSettings
 from services.dashboard.app import Dashboard
 from services.dashboard.settings import DashboardSettings
-from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, Bus, BusSettings
+from shared.bus import ALLOCATIONS, INVENTORY, Bus, BusSettings
 from shared.errors import BusRefused
 from shared.events import Inventory
 from shared.inventory_entries import encode_inventory
@@ -232,7 +232,9 @@ async def test_scheduler_owns_the_ledger_and_decisions(connect: Any, server: Con
     revision = await allocations.put("pod-uid-1", b"decided")
     entry = await allocations.get("pod-uid-1")
     assert entry is not None and entry.revision == revision
-    lease = await bus.lease("alloc.node-1.1", "pod-uid-1", auto_renew=False)
+    term = await allocations.create("term.scheduler", b"replica-a")  # the fencing token
+    assert await allocations.put("pod-uid-1", b"decided", fence=("term.scheduler", term)) > term
+    lease = await bus.lease("leader.scheduler", "replica-a", auto_renew=False)
     assert await lease.acquire()
     assert await lease.release()
     assert await _stored(bus, "gpubus.allocation.decided.node-1")
@@ -267,14 +269,13 @@ async def test_node_agent_reports_its_node_and_allocations_but_never_decides(
         assert await _stored(bus, f"gpubus.allocation.{verb}.node-1")
     inventory = await bus.kv(INVENTORY)
     await inventory.put("node-1", b"inventory")
-    locks = await bus.kv(LOCKS)
-    revision = await locks.create("alloc.node-1.2", b"pod-uid-2")
-    await locks.delete("alloc.node-1.2", last=revision)
     assert (await (await bus.kv(ALLOCATIONS)).items()) is not None
     token = await node_identity.token("node-1")
+    # nothing in locks, its own node's old Allocate leases included (gone with the fencing token)
     for subject in ("gpubus.allocation.decided.node-1", "gpubus.allocation.released.node-2",
                     "gpubus.pod.admitted._", "gpubus.inventory.snapshot.node-2", "$KV.allocations.pod-uid-1",
-                    "$KV.inventory.node-2", "$KV.locks.alloc.node-2.1"):
+                    "$KV.allocations.term.scheduler", "$KV.inventory.node-2", "$KV.locks.alloc.node-2.1",
+                    "$KV.locks.alloc.node-1.1", "$KV.locks.leader.scheduler"):
         assert await _refused(server, subject, token=token), subject
 
 

@@ -27,6 +27,7 @@ from gpubus_local.stack import Stack, StackSpec
 from shared.bus import ALLOCATIONS, LOCKS, STREAM, Bus, BusSettings
 from shared.kube import list_and_watch_pods
 from shared.kube_types import Pod as KubePod
+from shared.ledger_entries import is_entry_key
 
 Pod = dict[str, Any]
 H = TypeVar("H", bound="E2E")
@@ -155,7 +156,8 @@ class E2E:
         return events
 
     async def _keys(self, bucket: str) -> set[str]:
-        return set(await (await self.bus.kv(bucket)).items())
+        """The bucket's live keys (the ledger's without the scheduler's term key)."""
+        return {k for k in await (await self.bus.kv(bucket)).items() if is_entry_key(k)}
 
     async def facts(self) -> Facts:
         # The ledger is read between two reads of the pods, back to back: a pod that finishes (its
@@ -183,8 +185,7 @@ class E2E:
         async def converged() -> bool:
             pods, _ = await self.kube.list_pods()
             live = {p["metadata"]["uid"] for p in pods if live_gpu_pod(cast(Pod, p))}
-            locks = {k for k in await self._keys(LOCKS) if k.startswith("alloc.")}
-            return await self._keys(ALLOCATIONS) == live and not locks
+            return await self._keys(ALLOCATIONS) == live
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settle_s
         while True:

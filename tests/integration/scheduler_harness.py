@@ -17,8 +17,8 @@ import aiohttp
 from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from services.scheduler.settings import SchedulerSettings
-from shared.bus import INVENTORY, Bus, BusSettings
-from shared.events import Inventory
+from shared.bus import INVENTORY, Bus, BusSettings, Subscription
+from shared.events import AllocationApplied, AllocationDecided, Event, Inventory
 from shared.inventory_entries import encode_inventory
 from shared.model import DeviceInfo, DeviceUUID
 
@@ -87,6 +87,27 @@ async def register_node(
 
 async def create_node(kube: SimKubeClient, name: str) -> None:
     await kube.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+
+
+async def allocate_ran(bus: Bus, pod: Mapping[str, Any], node: str) -> None:
+    """What a node-agent says once the kubelet's Allocate served every GPU container of ``pod``:
+    its entry becomes APPLIED, and the pod's handoff slots on ``node`` are free again."""
+    meta = pod["metadata"]
+    await bus.publish(AllocationApplied(pod_uid=meta["uid"], namespace=meta.get("namespace", "default"),
+                                        name=meta["name"], container="c0", device_ids=(), complete=True,
+                                        node=node))
+
+
+async def fake_node_agent(bus: Bus) -> Subscription:
+    """Reports each decided pod allocated, as the node-agent does once the kubelet's Allocate ran."""
+
+    async def on_decided(event: Event) -> None:
+        if isinstance(event, AllocationDecided):
+            a = event.allocation
+            await allocate_ran(bus, {"metadata": {"uid": a.pod_uid, "namespace": a.namespace,
+                                                  "name": a.name}}, a.node)
+
+    return await bus.subscribe("gpubus.allocation.decided.>", on_decided, deliver="new")
 
 
 def scheduler_settings(kubeconfig: Path | None, **overrides: Any) -> SchedulerSettings:

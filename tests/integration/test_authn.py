@@ -54,10 +54,6 @@ async def test_node_is_let_in_as_its_node_and_does_its_own_work(callout: Callout
     role = await callout.role_bus()
     await node1.publish(Inventory(node="node-1", devices=()))
     await (await node1.kv(INVENTORY)).put("node-1", b"node-1's devices")
-    lease = await node1.lease("alloc.node-1.1", "pod-a", auto_renew=False)
-    assert await lease.acquire()
-    assert (await (await node1.kv(LOCKS)).get("alloc.node-1.1")) is not None
-    assert await lease.release()
     got: list[Event] = []
     await node1.route(("gpubus.allocation.released.*",), "node-1", lambda e: _append(got, e))
     await role.publish(AllocationReleased(node="node-1", pod_uid="u1", namespace="ns", name="p", why="test"))
@@ -82,20 +78,24 @@ async def test_node_cannot_publish_or_write_another_nodes_inventory(callout: Cal
     assert node1.is_connected  # refused, not thrown out
 
 
-async def test_node_cannot_take_or_delete_another_nodes_lease(callout: CalloutRig) -> None:
+async def test_node_cannot_take_or_delete_any_lease_nor_fence_the_ledger(callout: CalloutRig) -> None:
+    """Its own node's Allocate leases included: they went with the fencing token (issue 32)."""
     node1 = await callout.node_bus("node-1", await callout.token_file("node-1"), **FAST)
     role = await callout.role_bus()
-    with pytest.raises(BusUnavailable):
-        await (await node1.lease("alloc.node-2.1", "pod-x", auto_renew=False)).acquire()
-    assert await (await role.kv(LOCKS)).get("alloc.node-2.1") is None
-    held = await role.lease("alloc.node-2.2", "pod-b", auto_renew=False)
+    for key in ("alloc.node-1.1", "alloc.node-2.1", "leader.scheduler"):
+        with pytest.raises(BusUnavailable):
+            await (await node1.lease(key, "pod-x", auto_renew=False)).acquire()
+        assert await (await role.kv(LOCKS)).get(key) is None
+    held = await role.lease("leader.scheduler", "replica-a", auto_renew=False)
     assert await held.acquire()
     with pytest.raises(BusUnavailable):
-        await (await node1.kv(LOCKS)).delete("alloc.node-2.2")
+        await (await node1.kv(LOCKS)).delete("leader.scheduler")
     with pytest.raises(BusUnavailable):
-        await (await node1.kv(LOCKS)).get("alloc.node-2.2")
-    entry = await (await role.kv(LOCKS)).get("alloc.node-2.2")
-    assert entry is not None and entry.value == b"pod-b"
+        await (await node1.kv(LOCKS)).get("leader.scheduler")
+    with pytest.raises(BusUnavailable):
+        await (await node1.kv(ALLOCATIONS)).put("term.scheduler", b"node-1")
+    entry = await (await role.kv(LOCKS)).get("leader.scheduler")
+    assert entry is not None and entry.value == b"replica-a"
 
 
 async def test_node_cannot_read_another_nodes_decisions(callout: CalloutRig) -> None:

@@ -24,7 +24,7 @@ from natsproc import NatsServerProcess
 from shared.bus import ANY, KV, Bus, BusSettings, ConsumerOptions, Entry, NoResponders, QueryFailed, Snapshot
 from shared.bus.acked import publish_acked
 from shared.bus.errors import translated
-from shared.errors import BusUnavailable, CasConflict, EventDecodeError, LeaseHeld, LeaseLost
+from shared.errors import BusUnavailable, CasConflict, EventDecodeError, Fenced, LeaseHeld, LeaseLost
 from shared.events import AllocationReleased, DeviceHealth, Event, subject_for
 
 
@@ -271,6 +271,24 @@ async def test_kv_create_over_a_watched_delete_marker_is_one_write(bus: Bus) -> 
     await sub.unsubscribe()
 
 
+async def test_a_fenced_put_stands_only_while_the_fence_key_is_at_its_revision(bus: Bus) -> None:
+    """``Nats-Expected-Last-Subject-Sequence-Subject`` (nats-server >= 2.11): the check is on
+    another key of the bucket, in the same step as the store; the written key itself is not checked."""
+    kv = await bus.kv("allocations")
+    term = await kv.create("term.x", b"one")
+    first = await kv.put("p1", b"a", fence=("term.x", term))
+    assert await kv.put("p1", b"b", fence=("term.x", term)) > first  # its own key: unconditional
+    newer = await kv.update("term.x", b"two", last=term)
+    with pytest.raises(Fenced):
+        await kv.put("p2", b"late", fence=("term.x", term))
+    with pytest.raises(Fenced):  # a key that never existed fences nothing in
+        await kv.put("p2", b"late", fence=("term.none", 1))
+    assert await kv.get("p2") is None
+    assert (await kv.get("p1")) == Entry(b"b", first + 1)
+    await kv.put("p2", b"now", fence=("term.x", newer))
+    assert (await kv.get("p2")).value == b"now"  # type: ignore[union-attr]
+
+
 async def test_kv_items_of_empty_bucket_is_empty(bus: Bus) -> None:
     assert await (await bus.kv("allocations")).items() == {}
 
@@ -329,6 +347,15 @@ async def test_lease_release_at_a_known_revision_is_one_compare_and_delete(bus: 
     await wait_until(lambda: len(ops) >= 4, what="four operations")
     assert ops == ["delete", "read", "delete", "read"]  # the reads are the test's own gets
     await sub.unsubscribe()
+
+
+async def test_a_lease_given_up_is_lost_here_and_left_in_kv(bus: Bus) -> None:
+    lease = await bus.lease("leader.given-up", "a", ttl=30.0, auto_renew=True)
+    assert await lease.acquire()
+    lease.give_up("a newer term began")
+    assert lease.lost.is_set() and not lease.held
+    assert await lease.holder() == "a"  # the key is its new holder's or its TTL's to end
+    await lease.close()
 
 
 async def test_lease_expires_after_its_ttl_without_renewal(bus: Bus) -> None:

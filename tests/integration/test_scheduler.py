@@ -19,6 +19,7 @@ from asyncwait import wait_until
 from bus_settings import bus_settings
 from scheduler_harness import (
     ExtenderClient,
+    allocate_ran,
     create_node,
     gpu_pod,
     register_node,
@@ -30,9 +31,8 @@ from gpubus_local.sim.apiserver import SimApiServer
 from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
 from shared import annotations as ann
-from shared.bus import ALLOCATIONS, Bus
+from shared.bus import ALLOCATIONS, Bus, Subscription
 from shared.events import AllocationApplied, AllocationDecided, AllocationFailed, Event, PodUnschedulable
-from shared.handoff import lease_key
 from shared.ledger_entries import encode_allocation
 from shared.model import (
     Allocation,
@@ -294,8 +294,8 @@ async def test_concurrent_binds_of_one_pod_bind_it_once(
     bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2", gpus=1)
-    # A pod bound on each node holds that node's lease (no node-agent runs Allocate here to free
-    # it), so whichever bind of pod a comes first waits, in flight, while the other one arrives.
+    # A pod bound on each node holds that node's handoff slot (no node-agent runs Allocate here to
+    # free it), so whichever bind of pod a comes first waits, in flight, while the other one arrives.
     holders = {node: await create(kube, gpu_pod(f"holder-{node}", slice_of(1000))) for node in ("n1", "n2")}
     for node, holder in holders.items():
         assert await client.bind(holder, node) == ""
@@ -304,8 +304,8 @@ async def test_concurrent_binds_of_one_pod_bind_it_once(
     done, _ = await asyncio.wait(binds.values(), timeout=5, return_when=asyncio.FIRST_COMPLETED)
     [refused] = done
     assert refused.result() == "pod default/a is being bound already"
-    for node, holder in holders.items():  # Allocate ran for the holders: the node-agent frees their leases
-        await (await bus.lease(lease_key(node, 1), holder["metadata"]["uid"], auto_renew=False)).release()
+    for node, holder in holders.items():  # Allocate ran for the holders: their slots are free
+        await allocate_ran(bus, holder, node)
     [winner] = [node for node, bind in binds.items() if bind is not refused]
     assert await asyncio.wait_for(binds[winner], 10) == ""
     pod = await kube.get_pod("default", "a")
@@ -315,7 +315,7 @@ async def test_concurrent_binds_of_one_pod_bind_it_once(
     assert used(scheduler, winner, 0).usedmem == 51_000
 
 
-async def test_failed_binding_post_releases_entry_and_leases(
+async def test_failed_binding_post_releases_entry(
     bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
 ) -> None:
     await cluster(bus, kube, scheduler, "n1")
@@ -329,8 +329,6 @@ async def test_failed_binding_post_releases_entry_and_leases(
                      'binding default/gone to n1 failed: bind pod: 404 pods "gone" not found'), error
     assert scheduler.ledger.entry(PodUID(pod["metadata"]["uid"])) is None
     assert used(scheduler, "n1", 0) == used(scheduler, "n1", 1) == DeviceUsage()
-    locks = await bus.kv("locks")
-    assert await locks.get("alloc.n1.1") is None
 
 
 async def test_standby_replica_forwards_bind_to_the_leader(
@@ -362,7 +360,8 @@ async def test_standby_replica_forwards_bind_to_the_leader(
 
 
 async def test_deleted_and_finished_pods_release_their_slices(
-    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
+    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient,
+    agent: Subscription
 ) -> None:
     released = await events(bus, "gpubus.allocation.released.>")
     await cluster(bus, kube, scheduler, "n1", gpus=1)
@@ -375,8 +374,6 @@ async def test_deleted_and_finished_pods_release_their_slices(
     await kube.patch_pod_status("default", "b", {"status": {"phase": "Succeeded"}})
     await wait_until(lambda: used(scheduler, "n1", 0) == DeviceUsage(), what="b released")
     await wait_until(lambda: len(released) == 2, what="released events")
-    locks = await bus.kv("locks")
-    assert await locks.get("alloc.n1.1") is None
 
 
 async def test_applied_and_failed_verdicts_move_the_entry(
@@ -474,6 +471,7 @@ async def test_hami_pods_of_another_scheduler_are_adopted_without_renaming(
 
 async def test_restart_rebuilds_exactly_the_same_usage(  # noqa: PLR0917 (fixtures)
     bus: Bus, nats_url: str, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient,
+    agent: Subscription,
     tmp_path: Path
 ) -> None:
     await cluster(bus, kube, scheduler, "n1", "n2", gpus=2)

@@ -1,152 +1,34 @@
-"""Concurrency and high availability: no over-commit under concurrent binds, the Allocate leases,
-and leader failover.
+"""Concurrency and high availability: no over-commit under concurrent binds, the Allocate handoff
+slots, and leader failover.
 
 Matrix: many concurrent binds of random sizes onto one node (several seeds) with a node-agent
-stand-in that releases leases on ``allocation.decided``; a lease held by a pod that is gone is
-taken over at once; a lease held by a live pod is waited for until its TTL runs out, or the bind
-gives up with an Error naming the holder; pods of different sizes never wait for each other;
-the leader dies without releasing and a standby takes over and binds.
+stand-in that reports Allocate served on ``allocation.decided``; a bind decides with one fenced
+ledger write and nothing in the ``locks`` bucket; a slot held by a pod that is deleted is freed by
+its release; a slot held by a live pod is waited for until Allocate served it (its verdict, or its
+pod seen running when the verdict was lost), or the bind gives up
+with an Error naming the holder; pods of different sizes never wait for each other; the leader dies
+without releasing and a standby takes over and binds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from asyncwait import wait_until
-from bus_settings import bus_settings
-from scheduler_harness import (
-    GPU_MEM,
-    ExtenderClient,
-    create_node,
-    gpu_pod,
-    register_node,
-    scheduler_app,
-    slice_of,
-)
+from scheduler_harness import GPU_MEM, ExtenderClient, allocate_ran, gpu_pod, slice_of
+from scheduler_replicas import Schedulers, add_node, create, create_pods
 
-from gpubus_local.sim.apiserver import SimApiServer
 from gpubus_local.sim.kube import SimKubeClient
 from services.scheduler.app import SchedulerApp
-from services.scheduler.forward import BIND_SUBJECT, BindForwarder
+from services.scheduler.forward import BindForwarder
 from services.scheduler.wire import BindingArgs
-from shared.bus import Bus, NoResponders, QueryHandler, Subscription
-from shared.events import AllocationDecided, Event
-from shared.handoff import device_counts, lease_key
+from shared.bus import Bus, NoResponders, Subscription
 from shared.model import AllocationState, DeviceUUID, NodeName
 
 pytest_plugins = ("scheduler_fixtures",)
-
-
-async def fake_node_agent(bus: Bus) -> Subscription:
-    """Releases each decided pod's leases, as the node-agent does once Allocate has run."""
-
-    async def on_decided(event: Event) -> None:
-        if isinstance(event, AllocationDecided):
-            a = event.allocation
-            for n in device_counts(a.devices):
-                lease = await bus.lease(lease_key(a.node, n), a.pod_uid, auto_renew=False)
-                await lease.release()
-
-    return await bus.subscribe("gpubus.allocation.decided.>", on_decided, deliver="new")
-
-
-@pytest.fixture
-async def agent(bus: Bus) -> AsyncIterator[Subscription]:
-    sub = await fake_node_agent(bus)
-    yield sub
-    await sub.stop()
-
-
-async def create(kube: SimKubeClient, pod: dict[str, Any]) -> dict[str, Any]:
-    return dict(await kube.create_pod("default", pod))  # type: ignore[arg-type]
-
-
-async def add_node(
-    bus: Bus, kube: SimKubeClient, *apps: SchedulerApp, node: str = "n1", **inventory: Any
-) -> None:
-    """Node object and inventory of ``node``, once every one of ``apps`` has it in its ledger."""
-    await create_node(kube, node)
-    await register_node(bus, node, **inventory)
-    for app in apps:
-        await wait_until(lambda app=app: NodeName(node) in app.ledger, what="inventory")
-
-
-@dataclass(kw_only=True)
-class Schedulers:
-    """The schedulers a test starts, each with its settings over the harness defaults; all are
-    stopped when the test ends, the newest first."""
-
-    bus: Bus
-    kube: SimKubeClient
-    nats_url: str
-    kubeconfig: Path
-    stack: contextlib.AsyncExitStack
-    session: aiohttp.ClientSession
-
-    async def start(self, **settings: Any) -> SchedulerApp:
-        return await self.stack.enter_async_context(
-            scheduler_app(bus_settings(self.nats_url), self.kubeconfig, **settings))
-
-    async def leader_of_n1(self, **settings: Any) -> SchedulerApp:
-        """A scheduler that leads and has node n1 in its ledger."""
-        app = await self.start(**settings)
-        await wait_until(lambda: app.election.is_leader, what="leadership")
-        await add_node(self.bus, self.kube, app)
-        return app
-
-    async def replicas(self, *names: str) -> list[SchedulerApp]:
-        """Replicas with a 1 s leader TTL: the first leads before the others start, and those have
-        node n1 in their ledgers."""
-        first = await self.start(replica_id=names[0], leader_ttl_s=1.0)
-        await wait_until(lambda: first.election.is_leader, what="first leader")
-        others = [await self.start(replica_id=name, leader_ttl_s=1.0) for name in names[1:]]
-        await add_node(self.bus, self.kube, *others)
-        return [first, *others]
-
-    async def standby_of(self, leader: str, *, serving: QueryHandler | None = None,
-                         **settings: Any) -> SchedulerApp:
-        """A standby ("standby") that has node n1 and knows ``leader`` as the leader: a holder of the
-        leader lease (renewed until the standby has stopped) that answers forwarded binds with
-        ``serving``, or serves nothing."""
-        ghost = await self.bus.lease("leader.scheduler", leader, ttl=30.0, auto_renew=True)
-        assert await ghost.acquire()
-        self.stack.push_async_callback(ghost.release)  # after the standby has stopped
-        if serving is not None:
-            service = await self.bus.serve(BIND_SUBJECT, serving)
-            self.stack.push_async_callback(service.stop)
-        standby = await self.start(replica_id="standby", **settings)
-        await add_node(self.bus, self.kube, standby)
-        await wait_until(lambda: standby.election.leader == leader, what="leader known")
-        return standby
-
-    async def bind(self, app: SchedulerApp, pod: dict[str, Any]) -> str:
-        """``pod`` bound to n1 through ``app``'s extender: "" or the extender's error."""
-        return await ExtenderClient(self.session, app.port).bind(pod, "n1")
-
-
-@pytest.fixture
-async def schedulers(
-    bus: Bus, nats_url: str, kube: SimKubeClient, api: SimApiServer, tmp_path: Path
-) -> AsyncIterator[Schedulers]:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kc")
-    async with contextlib.AsyncExitStack() as stack:
-        session = await stack.enter_async_context(aiohttp.ClientSession())
-        yield Schedulers(
-            bus=bus, kube=kube, nats_url=nats_url, kubeconfig=kubeconfig, stack=stack, session=session
-        )
-
-
-async def create_pods(kube: SimKubeClient, *names: str) -> list[dict[str, Any]]:
-    """One-card 1000 MiB pods of these names."""
-    return [await create(kube, gpu_pod(name, slice_of(1000))) for name in names]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -182,83 +64,94 @@ async def test_concurrent_binds_onto_one_node_never_over_commit(  # noqa: PLR091
     assert total == expected
 
 
-async def test_a_lease_freed_by_the_node_agent_is_taken_in_one_write(
+async def test_a_bind_decides_in_one_fenced_write_and_nothing_in_the_locks_bucket(
     bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient, agent: Subscription
 ) -> None:
     await add_node(bus, kube, scheduler)
-    key = lease_key("n1", 1)
-    writes: list[str] = []
+    writes: list[tuple[str, dict[str, str]]] = []
 
     async def on_write(msg: Any) -> None:
-        if msg.headers and msg.headers.get("KV-Operation") != "DEL" and msg.data:
-            writes.append(msg.data.decode())  # a create attempt, by the owner it names
+        writes.append((msg.subject, dict(msg.headers or {})))
 
-    named: list[dict[str, int]] = []
-
-    async def on_decided(event: Event) -> None:
-        if isinstance(event, AllocationDecided):
-            named.append(event.leases)
-
-    sub = await bus.nc.subscribe(f"$KV.locks.{key}", cb=on_write)
-    decisions = await bus.subscribe("gpubus.allocation.decided.>", on_decided, deliver="new")
+    subs = [await bus.nc.subscribe(subject, cb=on_write)
+            for subject in ("$KV.locks.>", "$KV.allocations.>")]
+    await bus.nc.flush()  # the server has our subscriptions before the scheduler's connection writes
     pods = await create_pods(kube, "one", "two", "three")
     for pod in pods:
         assert await client.bind(pod, "n1") == ""
-        await wait_until(lambda: scheduler.leases.freed_at(key) is not None, what="the agent's release")
+    uids = [p["metadata"]["uid"] for p in pods]
+    applied = AllocationState.APPLIED
+    await wait_until(lambda: all(getattr(scheduler.ledger.entry(uid), "state", None) is applied
+                                 for uid in uids), what="every pod allocated")
     await bus.nc.flush()
-    await sub.unsubscribe()
-    await wait_until(lambda: len(named) == 3, what="three decisions")
-    await decisions.stop()
-    assert writes == [p["metadata"]["uid"] for p in pods]  # no create that fails over the marker
-    assert all(list(leases) == [key] and leases[key] > 0 for leases in named)  # for the node-agent
+    for sub in subs:
+        await sub.unsubscribe()
+    assert not [subject for subject, _ in writes if subject.startswith("$KV.locks.")]
+    fence = "Nats-Expected-Last-Subject-Sequence-Subject"
+    decided = [(subject, headers) for subject, headers in writes
+               if subject.removeprefix("$KV.allocations.") in uids and fence in headers]
+    assert [subject for subject, _ in decided] == [f"$KV.allocations.{uid}" for uid in uids]
+    term = scheduler.state.term
+    assert term is not None
+    for _, headers in decided:
+        assert headers[fence] == "$KV.allocations.term.scheduler"
+        assert headers["Nats-Expected-Last-Subject-Sequence"] == str(term)
 
 
-async def test_lease_of_a_gone_owner_is_taken_over_at_once(
-    bus: Bus, kube: SimKubeClient, scheduler: SchedulerApp, client: ExtenderClient
-) -> None:
-    await add_node(bus, kube, scheduler)
-    key = lease_key("n1", 1)
-    stale = await bus.lease(key, "pod-that-is-gone", auto_renew=False)
-    assert await stale.acquire()
-    await wait_until(lambda: scheduler.leases.holder_hint(key) == "pod-that-is-gone", what="the hint")
-    writes: list[str] = []
-
-    async def on_write(msg: Any) -> None:
-        deleting = msg.headers and msg.headers.get("KV-Operation") == "DEL"
-        writes.append("delete" if deleting else msg.data.decode())
-
-    sub = await bus.nc.subscribe(f"$KV.locks.{key}", cb=on_write)
-    await bus.nc.flush()  # the server has our subscription before the scheduler's connection writes
-    pod = await create(kube, gpu_pod("p", slice_of(1000)))
-    assert await client.bind(pod, "n1") == ""
-    await bus.nc.flush()
-    await sub.unsubscribe()
-    assert await stale.holder() == pod["metadata"]["uid"]
-    assert scheduler.leases.takeovers == 1
-    assert writes == ["delete", pod["metadata"]["uid"]]  # at the watched revisions: no failed write
-
-
-async def test_live_holder_is_waited_for_until_its_ttl_runs_out(
+async def test_a_slot_whose_holder_is_deleted_is_free_once_its_entry_is_released(
     kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
-    app = await schedulers.leader_of_n1(lease_ttl_s=1.0, bind_timeout_s=15.0, replica_id="ttl")
+    app = await schedulers.leader_of_n1(bind_timeout_s=15.0, replica_id="gone")
+    first, second = await create_pods(kube, "first", "second")
+    assert await schedulers.bind(app, first) == ""  # no node-agent: its entry stays DECIDED
+    waiting = asyncio.create_task(schedulers.bind(app, second))
+    await wait_until(lambda: app.binder.binding(second["metadata"]["uid"]), what="the second bind waiting")
+    assert app.ledger.entry(second["metadata"]["uid"]).state is AllocationState.RESERVED  # type: ignore[union-attr]
+    await kube.delete_pod("default", "first")  # the pod watch releases its entry
+    assert await waiting == ""
+    assert app.ledger.entry(first["metadata"]["uid"]) is None
+
+
+async def test_a_live_holder_is_waited_for_until_allocate_served_it(
+    bus: Bus, kube: SimKubeClient, schedulers: Schedulers
+) -> None:
+    app = await schedulers.leader_of_n1(bind_timeout_s=15.0, replica_id="wait")
     first, second = await create_pods(kube, "first", "second")
     other_size = await create(kube, gpu_pod("pair", slice_of(1000, count=2)))
-    assert await schedulers.bind(app, first) == ""  # no node-agent: its lease stays until the TTL
-    assert await schedulers.bind(app, other_size) == ""  # alloc.n1.2 is a different key: no wait
-    assert await schedulers.bind(app, second) == ""
-    entry = await (await app.bus.kv("locks")).get(lease_key("n1", 1))
-    assert entry is not None and entry.value.decode() == second["metadata"]["uid"]
+    assert await schedulers.bind(app, first) == ""  # no node-agent: its entry stays DECIDED
+    assert await schedulers.bind(app, other_size) == ""  # 2-card containers: another slot, no wait
+    waiting = asyncio.create_task(schedulers.bind(app, second))
+    await wait_until(lambda: app.binder.binding(second["metadata"]["uid"]), what="the second bind waiting")
+    await allocate_ran(bus, first, "n1")
+    assert await waiting == ""
+    entry = app.ledger.entry(second["metadata"]["uid"])
+    assert entry is not None and entry.state is AllocationState.DECIDED
+
+
+async def test_a_holder_whose_pod_runs_frees_its_slot_without_its_verdict(
+    bus: Bus, kube: SimKubeClient, schedulers: Schedulers
+) -> None:
+    """The node-agent's allocation.applied was lost (its process died after Allocate): the pod
+    running on its node says Allocate ran, so the next pod of its size is not held up for its life."""
+    app = await schedulers.leader_of_n1(bind_timeout_s=15.0, replica_id="lost-verdict")
+    first, second = await create_pods(kube, "first", "second")
+    assert await schedulers.bind(app, first) == ""  # no node-agent: no verdict will come
+    waiting = asyncio.create_task(schedulers.bind(app, second))
+    await wait_until(lambda: app.binder.binding(second["metadata"]["uid"]), what="the second bind waiting")
+    await kube.patch_pod_status("default", "first", {"status": {"phase": "Running"}})
+    assert await waiting == ""
+    entry = app.ledger.entry(first["metadata"]["uid"])
+    assert entry is not None and entry.state is AllocationState.APPLIED
 
 
 async def test_bind_gives_up_naming_the_holder_when_the_budget_runs_out(
     kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
-    app = await schedulers.leader_of_n1(lease_ttl_s=20.0, bind_timeout_s=0.5, replica_id="impatient")
+    app = await schedulers.leader_of_n1(bind_timeout_s=0.5, replica_id="impatient")
     first, second = await create_pods(kube, "first", "second")
     assert await schedulers.bind(app, first) == ""
     error = await schedulers.bind(app, second)
-    assert f"Allocate lease alloc.n1.1 is still held by pod {first['metadata']['uid']}" in error
+    assert f"Allocate handoff slot n1/1 is still held by pod {first['metadata']['uid']}" in error
     assert app.ledger.entry(second["metadata"]["uid"]) is None
     first_entry = app.ledger.entry(first["metadata"]["uid"])
     assert first_entry is not None and first_entry.state is AllocationState.DECIDED
@@ -378,13 +271,12 @@ async def test_a_pod_deleted_while_the_replica_did_not_lead_is_released_when_it_
 async def test_a_bind_whose_wait_outlasts_the_term_decides_nothing(
     bus: Bus, kube: SimKubeClient, schedulers: Schedulers
 ) -> None:
-    app = await schedulers.leader_of_n1(lease_ttl_s=20.0, bind_timeout_s=15.0, replica_id="term")
+    app = await schedulers.leader_of_n1(bind_timeout_s=15.0, replica_id="term")
     first, second = await create_pods(kube, "first", "second")
-    assert await schedulers.bind(app, first) == ""  # no node-agent: its lease stays held
+    assert await schedulers.bind(app, first) == ""  # no node-agent: its entry holds the slot
     waiting = asyncio.create_task(schedulers.bind(app, second))
     await wait_until(lambda: app.binder.binding(second["metadata"]["uid"]), what="the second bind waiting")
     app.election.is_leader = False  # the term ends (as the election would end it) while it waits
-    lease = await bus.lease(lease_key("n1", 1), first["metadata"]["uid"], auto_renew=False)
-    assert await lease.release()
+    await allocate_ran(bus, first, "n1")
     assert "stopped leading" in await waiting
     assert app.ledger.entry(second["metadata"]["uid"]) is None

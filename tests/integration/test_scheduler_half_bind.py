@@ -1,8 +1,9 @@
 """A leader killed between its decision and the binding leaves a DECIDED entry for a pod the API
-server shows unbound, and the node's lease held by it: no Allocate will ever free them. The next
-leader releases both once its first pod list is in, so the node's card is not locked for the
-lease's whole TTL (found by tests/e2e/test_fault_matrix.py: every bind to that card waited 25 s
-and failed). An entry of a bound pod is kept (the case matrix's control).
+server shows unbound, holding the node's handoff slot for its size: no Allocate will ever free it.
+The next leader releases it once its first pod list is in, so the node's card is not locked
+(found by tests/e2e/test_fault_matrix.py when the slot was a KV lease: every bind to that card
+waited 25 s and failed). An entry of a bound pod is kept, and holds the slot until its Allocate
+(the case matrix's control).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from asyncwait import wait_until
 from bus_settings import bus_settings
 from scheduler_harness import create_node, gpu_pod, register_node, scheduler_app, slice_of
 
-from shared.bus import ALLOCATIONS, LOCKS, Bus
-from shared.handoff import lease_key
+from shared.bus import ALLOCATIONS, Bus
 from shared.ledger_entries import encode_allocation
 from shared.model import Allocation, AllocationState, ContainerDevice, DeviceUUID, NodeName, PodUID
 
@@ -41,15 +41,8 @@ async def test_a_dead_leaders_half_done_bind_is_undone_by_the_next(
     allocations = await bus.kv(ALLOCATIONS)
     for pod in (unbound, bound):
         await allocations.put(pod["metadata"]["uid"], encode_allocation(_decided(pod, "n1")))
-    lease = await bus.lease(lease_key("n1", 1), unbound["metadata"]["uid"], auto_renew=False)
-    assert await lease.acquire()
     async with scheduler_app(bus_settings(nats_url), api.write_kubeconfig(tmp_path / "kubeconfig")) as app:
         await wait_until(app.reconciler.pods_synced.is_set, what="pods synced")
         assert app.ledger.entry(PodUID(unbound["metadata"]["uid"])) is None
         assert app.ledger.entry(PodUID(bound["metadata"]["uid"])) is not None
-        locks = await bus.kv(LOCKS)
-
-        async def released() -> bool:
-            return await locks.get(lease_key("n1", 1)) is None
-
-        await wait_until(released, what="the lease released")
+        assert app.slots.holder(NodeName("n1"), 1, PodUID("next")) == bound["metadata"]["uid"]

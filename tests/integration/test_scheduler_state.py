@@ -36,6 +36,7 @@ async def test_a_release_whose_kv_delete_fails_keeps_the_slice_counted(
     try:
         await bus.ensure_schema()
         await state.load()
+        await state.begin_term("test", within_s=10.0)
         await state.decide(allocation("p1"))
         assert state.ledger.entry(PodUID("p1")) is not None
         private_nats.stop()
@@ -56,6 +57,7 @@ async def test_a_decision_after_a_release_is_stored_after_it(bus: Bus) -> None:
     state = State(bus, Ledger())
     try:
         await state.load()
+        await state.begin_term("test", within_s=10.0)
         await state.decide(allocation("old", node="node-c"))
         for i in range(300):  # a backlog in the outbox, as at busy times
             bus.emit(AllocationReleased(pod_uid=f"x{i}", namespace="ns", name=f"x{i}", why="t",

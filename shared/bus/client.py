@@ -228,7 +228,7 @@ class Bus:
         """
         sub = await open_subscription(self.js, STREAM, subject, handler, durable=durable, deliver=deliver,
                                       opts=options or ConsumerOptions(), on_decode_error=on_decode_error,
-                                      stats=self.stats)
+                                      stats=self.stats, failover_s=self.settings.failover_s)
         self._subscriptions.append(sub)
         return sub
 

@@ -28,6 +28,7 @@ from nats.js import JetStreamContext, api
 
 from shared.bus import natspy
 from shared.bus.errors import translated
+from shared.bus.failover import through_failover
 from shared.bus.stats import BusStats
 from shared.codec import decode
 from shared.errors import EventDecodeError
@@ -325,12 +326,25 @@ async def _settle(ack: Awaitable[None], consumer: str) -> None:
 
 async def open_subscription(js: JetStreamContext, stream: str, subject: str, handler: Handler, *,
                             durable: str | None, deliver: Deliver, opts: ConsumerOptions,
-                            on_decode_error: DecodeErrorHandler | None, stats: BusStats) -> Subscription:
-    """Create (or bind to an existing durable) consumer and start its loop."""
+                            on_decode_error: DecodeErrorHandler | None, stats: BusStats,
+                            failover_s: float) -> Subscription:
+    """Create (or bind to an existing durable) consumer and start its loop. The create rides
+    through a stream's leader election or a lost server for up to ``failover_s`` (a tap started
+    just after a NATS server restarted met a timeout otherwise)."""
     config = consumer_config(subject, durable, deliver, opts)
-    with translated(f"subscribe {subject}"):
+
+    async def create() -> tuple[JetStreamContext.PullSubscription, str]:
         psub = await js.pull_subscribe(subject, durable=durable, stream=stream, config=config,
                                        pending_msgs_limit=opts.batch * 4)
-        consumer = durable or (await psub.consumer_info()).name
+        try:
+            return psub, durable or (await psub.consumer_info()).name
+        except BaseException:  # a try that is given up must not leave its inbox subscribed
+            with contextlib.suppress(Exception):
+                await psub.unsubscribe()
+            raise
+
+    what = f"subscribe {subject}"
+    with translated(what):
+        psub, consumer = await through_failover(create, within_s=failover_s, what=what)
     return Subscription(js, psub, stream=stream, consumer=consumer, durable=durable is not None,
                         handler=handler, on_decode_error=on_decode_error, opts=opts, stats=stats)

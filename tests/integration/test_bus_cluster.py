@@ -27,7 +27,7 @@ from gpubus_local.natscluster import EmbeddedCluster
 from shared.bus import ALLOCATIONS, INVENTORY, LOCKS, STREAM, Bus
 from shared.bus.kv import _lagging
 from shared.errors import BusRefused
-from shared.events import PodAdmitted
+from shared.events import Event, PodAdmitted
 
 ASSETS = (STREAM, f"KV_{INVENTORY}", f"KV_{ALLOCATIONS}", f"KV_{LOCKS}")
 
@@ -130,6 +130,31 @@ async def test_events_emitted_while_the_stream_leader_dies_are_stored_exactly_on
     assert info.state.messages == len(events)  # none lost, none stored twice
     assert info.cluster is not None and info.cluster.leader not in (None, leader)
     await (await r3_bus.kv(ALLOCATIONS)).put("after-the-loss", b"x")
+    await asyncio.to_thread(cluster.revive, leader)
+
+
+async def test_a_subscription_made_while_the_stream_leader_is_lost_waits_out_the_election(
+        cluster: EmbeddedCluster, r3_bus: Bus) -> None:
+    # The consumer create meets "no responders" or a timeout (1 s here) until a new leader is
+    # elected: a tap started just after a NATS server died failed on it before it was retried.
+    events = [PodAdmitted(namespace="default", name=f"p{i}", uid=f"uid-{i}") for i in range(20)]
+    for event in events:
+        r3_bus.emit(event)
+    assert await r3_bus.flush(30.0)
+    leader = (await r3_bus.js.stream_info(STREAM)).cluster.leader  # type: ignore[union-attr]
+    assert leader is not None
+    await asyncio.to_thread(cluster.kill, leader)
+    seen: list[str] = []
+
+    async def handler(event: Event) -> None:
+        if isinstance(event, PodAdmitted):
+            seen.append(event.name)
+    sub = await r3_bus.subscribe("gpubus.>", handler, deliver="all")
+    try:
+        await wait_until(lambda: len(seen) == len(events), 60, what="every stored event delivered")
+        assert seen == [e.name for e in events]
+    finally:
+        await sub.stop()
     await asyncio.to_thread(cluster.revive, leader)
 
 

@@ -2,8 +2,8 @@
 
 The kubelet's Allocate never names its pod; only the device count per container is known. A
 call of size ``n`` matches the pending pod whose next unallocated GPU container (slot order:
-init containers first) has ``n`` devices. The scheduler's ambiguity lease guarantees at most one
-such pod; if the lease was broken anyway, the call is refused rather than guessed.
+init containers first) has ``n`` devices. The scheduler leader's handoff slots guarantee at most
+one such pod; if that was broken anyway, the call is refused rather than guessed.
 Pure state, no I/O, no clocks.
 """
 

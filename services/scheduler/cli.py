@@ -58,9 +58,11 @@ def scheduler(
     single_node_filter: Annotated[
         bool | None, Opt("--single-node-filter", help="HAMi mode: filter returns only the best node.")
     ] = None,
-    lease_ttl: Annotated[float | None, Opt(help="Allocate lease TTL, seconds (default 30).")] = None,
+    lease_ttl: Annotated[
+        float | None, Opt(help="Verdict-replay margin of a new leader, seconds (default 30).")
+    ] = None,
     bind_timeout: Annotated[
-        float | None, Opt(help="Longest wait for a lease in /bind, seconds (25).")
+        float | None, Opt(help="Longest wait for the Allocate handoff slots in /bind, seconds (25).")
     ] = None,
     legacy_metrics: Annotated[
         bool | None, Opt("--legacy-metrics", help="HAMi's pre-v2.9 metric names.")

@@ -14,7 +14,8 @@ buckets. Violations are collected as sentences, so a failing test says everythin
    that ask for GPU resources (a pod without any, placed by the default-scheduler, has no slice).
    The ledger is read between two reads of the pods, so a pod that finished (or was bound) between
    them may match either read, but only if the stream shows its release (or decision) last.
-4. No Allocate lease (``alloc.<node>.<n>``) is left behind.
+4. No key ``alloc.<node>.<n>`` is in ``locks``: the Allocate leases went with issue 32's fencing
+   token, and anything that still writes one is a regression.
 """
 
 from __future__ import annotations
@@ -179,5 +180,5 @@ def check(facts: Facts, *, allow_failed: frozenset[str] = frozenset(),
     problems += _ledger_problems(facts)
     stuck = sorted(k for k in facts.locks if k.startswith("alloc."))
     if stuck:
-        problems.append(f"Allocate leases left behind: {stuck[:5]}")
+        problems.append(f"Allocate lease keys in locks (gone since issue 32): {stuck[:5]}")
     return problems

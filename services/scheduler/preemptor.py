@@ -158,7 +158,7 @@ class Preemptor:
         meta = (pod or {}).get("metadata") or {}
         if pod is None or meta.get("uid") != uid or meta.get("deletionTimestamp"):
             return Outcome(action="gone")
-        if (pod.get("spec") or {}).get("nodeName"):
+        if (pod.get("spec") or {}).get("nodeName") or self._decided(PodUID(uid)):
             return Outcome(action="not_pending")
         try:
             priority, policy = pod_priority(pod)
@@ -184,6 +184,13 @@ class Preemptor:
             return Outcome(action="preempted", node=best.node, victims=_keys(best.victims),
                            spared=_keys(spared))
         return Outcome(action="no_plan", reason="every plan met a PodDisruptionBudget", spared=_keys(spared))
+
+    def _decided(self, uid: PodUID) -> bool:
+        """The pod is decided and being bound: its DECIDED entry is written before the Binding, so
+        the API server may still show it pending. A refusal published before its room was made and
+        handled late must not plan a second round (CI saw 4 victims where 2 made the room)."""
+        entry = self._ledger.entry(uid)
+        return entry is not None and entry.state is not AllocationState.RESERVED
 
     async def _picture(
         self, request: PodRequest, spared: set[PodUID]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -181,6 +182,19 @@ async def test_no_eviction(priority: int, policy: str | None, node: str, action:
     api.add("urgent", priority, mem=40_000, policy=policy, node=node)
     await _refused(preemptor, "urgent")
     assert outcomes[-1].action == action
+    assert not api.evicted and not api.dry_runs and not sink.events
+
+
+async def test_a_late_refusal_of_a_pod_decided_and_not_yet_bound_plans_no_second_round() -> None:
+    # the room was made and the pod decided (its entry written before the Binding), while a
+    # pod.unschedulable published before that is handled only now: the API still shows it pending
+    ledger, preemptor, api, sink, _, outcomes = _world({"low-0-0": 50, "low-0-1": 50})
+    api.add("urgent", 1000, mem=40_000)
+    ledger.delete(PodUID("low-0-0"))
+    ledger.delete(PodUID("low-0-1"))
+    ledger.apply(replace(_entry("urgent", 0, 40_000), state=AllocationState.DECIDED), 99)
+    await _refused(preemptor, "urgent")
+    assert outcomes[-1].action == "not_pending"
     assert not api.evicted and not api.dry_runs and not sink.events
 
 

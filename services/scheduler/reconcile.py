@@ -281,8 +281,7 @@ class Reconciler:
                 # size on the node waits for this one's slot, so a KV round trip per verdict in
                 # line would queue every bind behind the slowest. A leader that dies before the
                 # write replays the verdict (``subscribe_verdicts``).
-                self._applying.add(uid)
-                self._writes.spawn(f"applied-{uid}", self._applied(uid, entry.node))
+                self._apply_later(uid, entry.node)
         elif isinstance(event, AllocationFailed) and event.pod_uid:
             uid = PodUID(event.pod_uid)
             entry = self._awaiting_verdict(event, uid)
@@ -298,6 +297,11 @@ class Reconciler:
                 entry.node,
                 event.reason,
             )
+
+    def _apply_later(self, uid: PodUID, node: NodeName) -> None:
+        """Write the entry APPLIED in a task of its own (once at a time per pod)."""
+        self._applying.add(uid)
+        self._writes.spawn(f"applied-{uid}", self._applied(uid, node))
 
     async def _applied(self, uid: PodUID, node: NodeName) -> None:
         """Write the entry APPLIED; its handoff slots are free from the start (``served``)."""
@@ -420,8 +424,7 @@ class Reconciler:
             # Allocate ran before its containers started, whatever became of the node-agent's
             # verdict (lost with its process, dropped from a full outbox): the slot must not
             # stay held while the pod runs. Usually the verdict came first and this never runs.
-            self._applying.add(PodUID(uid))
-            self._writes.spawn(f"applied-{uid}", self._applied(PodUID(uid), entry.node))
+            self._apply_later(PodUID(uid), entry.node)
 
     def live(self, uid: str) -> tuple[str, str] | None:
         """(namespace, name) of the pod with this UID if the pod watch shows it alive."""

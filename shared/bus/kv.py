@@ -158,8 +158,6 @@ class KV:
         what = f"kv put {self.bucket}/{key} fenced on {other}@{revision}"
         try:
             return await self._write(key, value, headers, what)
-        except Fenced:
-            raise
         except CasConflict as e:
             raise Fenced(f"{what}: {other} has moved on") from e
 

@@ -20,6 +20,7 @@ import pytest_asyncio
 from asyncwait import wait_until
 from e2e_harness import gpu_pod
 from kube_harness import KubeE2E, running_kube_stack
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.scheduler.requeue import REQUEUE_ANNOTATION
 
@@ -40,12 +41,12 @@ async def kube(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[KubeE2
 
 
 async def _metric(kube: KubeE2E, name: str) -> float:
-    """One unlabelled (or summed over its labels) sample of the gpubus scheduler's /metrics."""
+    """The samples named ``name`` on the gpubus scheduler's /metrics, summed over their labels."""
     port = kube.stack.ports.schedulers[0]
     async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as r:
         text = await r.text()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith((f"{name} ", f"{name}{{")))
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               for sample in family.samples if sample.name == name)
 
 
 async def test_a_pod_refused_while_its_node_was_stale_starts_once_the_node_is_back(kube: KubeE2E) -> None:

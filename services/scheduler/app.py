@@ -9,6 +9,7 @@ awaited when the app's ``async with`` ends; if one ends unexpectedly the app rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
@@ -47,6 +48,7 @@ from services.scheduler.watched import AwaitingPods
 from shared.bus import Bus, BusSettings, Subscription
 from shared.bus.metrics import BusStatsCollector
 from shared.component import Component
+from shared.errors import BusUnavailable
 from shared.kube import KubeApi, KubeClient
 from shared.kube_config import kube_client
 from shared.lifetime import FatalCallback, Lifetime, TaskSet
@@ -338,6 +340,8 @@ class SchedulerApp(Component):
         # the term first: no decision before the ledger holds every one the old term got stored
         term = await self.state.begin_term(self.replica, within_s=self.settings.leader_ttl_s)
         log.info("replica %s decides in term %d", self.replica, term)
+        # its own writes are all the bucket gets from here: no echoes (follow_ledger when deposed)
+        await self.state.follow_own_writes()
         # forwarded binds next: standbys send them as soon as they see this replica lead, and a
         # bind needs neither the verdicts (replayed from ``since``) nor the pod watch
         await self.forwarder.serve(self.extender.bind_here)
@@ -357,6 +361,10 @@ class SchedulerApp(Component):
 
     async def _deposed(self) -> None:
         self.state.end_term()
+        try:  # what a deposed leader's late writes did meanwhile (the sweep retries a failure)
+            await self.state.follow_ledger()
+        except BusUnavailable as e:
+            log.warning("replica %s: ledger not followed again yet: %s", self.replica, e)
         await self.forwarder.stop()
         await self._leader_tasks.close()
         for sub in self._verdicts:
@@ -371,6 +379,9 @@ class SchedulerApp(Component):
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(_SWEEP_S)
+            if not self.election.is_leader:
+                with contextlib.suppress(BusUnavailable):
+                    await self.state.follow_ledger()  # a no-op unless _deposed could not resume it
             for lapsed in self.ledger.expire(self.clock()):
                 log.warning("reservation for %s/%s on %s lapsed", lapsed.namespace, lapsed.name, lapsed.node)
                 self.slots.wake(lapsed.node)

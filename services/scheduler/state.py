@@ -8,7 +8,11 @@ time rather than through the bulk reader: an entry no newer than the ledger's (t
 write) is not decoded at all, and a skipped entry is counted by ``kind`` (key mismatch or not).
 
 It is also the only writer of the ``allocations`` bucket (used by the leader): every write is applied
-to the in-memory ledger first (or with the revision NATS returned), so the watch echo changes nothing.
+to the in-memory ledger with the revision NATS returned, so the watch's echo of it changes nothing.
+While its term lasts the leader does not follow the bucket at all (:meth:`follow_own_writes`): no
+echo reaches it. The only other writes then possible are a deposed leader's late APPLIED updates
+and releases (its decisions are fenced); each only makes this ledger count more than KV holds, and
+:meth:`follow_ledger` replays them, from where the watch stopped, once the term ends.
 
 The leader's term lives in the same bucket (``TERM_KEY``, :meth:`begin_term`): a new leader bumps it
 and waits until its watch has delivered that revision, so its ledger holds every decision the stream
@@ -108,8 +112,19 @@ class State:
         self._allocations: KV | None = None
         self._inventory: KV | None = None
         self._watches: list[Watch] = []
+        self._ledger_watch: Watch | None = None
+        """The ``allocations`` watch; None while this replica leads (see :meth:`follow_own_writes`)."""
+        self._ledger_seen = 0
+        """The newest revision of the bucket the load or the watch delivered (a resumed watch goes on
+        after it)."""
+        self._deleting: set[PodUID] = set()
+        """Pods whose delete this replica is writing: the watch's echo of it leaves their entry to
+        :meth:`release` (which emits the release), as it may arrive before the delete returns."""
+        self._follow_lock = asyncio.Lock()
+        """One change of following at a time (the sweep's retry against an election's)."""
+        self.ledger_deliveries = 0
+        """Messages the ``allocations`` watch delivered (a leader's stays still: no echoes)."""
         self._subscription: Subscription | None = None
-        self._own_tombstones: dict[PodUID, int] = {}
         self.term: int | None = None
         """This replica's term (the term key's revision it wrote) while it leads; None otherwise."""
         self._term_seen = 0
@@ -131,6 +146,7 @@ class State:
         for node, entry in inv.entries.items():
             self._on_inventory_entry(NodeName(node), entry, loaded_at=now)
         allocs = await self._allocations.snapshot()
+        self._ledger_seen = allocs.revision
         with _collector_paused():
             for uid, entry in allocs.entries.items():
                 if is_entry_key(uid):
@@ -140,9 +156,7 @@ class State:
         self._watches.append(
             await self._inventory.watch(self._watch_inventory, start_revision=inv.revision + 1)
         )
-        self._watches.append(
-            await self._allocations.watch(self._watch_allocations, start_revision=allocs.revision + 1)
-        )
+        await self.follow_ledger()
         self._subscription = await self.bus.subscribe(
             "gpubus.inventory.>", self._on_event, deliver="last_per_subject"
         )
@@ -162,6 +176,7 @@ class State:
         for w in self._watches:
             await w.stop()
         self._watches.clear()
+        await self.follow_own_writes()
 
     # --- following -------------------------------------------------------------------------
 
@@ -238,29 +253,47 @@ class State:
         self._on_input_error(source, kind)
         log.warning("%s", message)
 
+    async def follow_ledger(self) -> None:
+        """Follow the ``allocations`` bucket from the revision after the last one delivered (at
+        load, and when a term ends: what the leader did not see while it led is replayed)."""
+        async with self._follow_lock:
+            if self._ledger_watch is None:
+                self._ledger_watch = await self._kv().watch(self._watch_allocations,
+                                                            start_revision=self._ledger_seen + 1,
+                                                            tombstones=self._on_tombstone)
+
+    async def follow_own_writes(self) -> None:
+        """Stop following the bucket: the leader, in its term, is its only writer (every decision is
+        fenced on the term), and applies each write it makes itself, so the watch would bring it
+        nothing but the echoes of its own writes (three a pod). :meth:`follow_ledger` resumes it."""
+        async with self._follow_lock:
+            watch, self._ledger_watch = self._ledger_watch, None
+            if watch is not None:
+                await watch.stop()
+
     async def _watch_allocations(self, key: str, entry: Entry | None) -> None:
+        self.ledger_deliveries += 1
+        if entry is None:
+            return  # a delete marker: _on_tombstone has dropped the entry it deletes
+        self._ledger_seen = max(self._ledger_seen, entry.revision)
         if not is_entry_key(key):
-            if entry is not None:
-                self._note_term(entry.revision)
+            self._note_term(entry.revision)
             return
-        if entry is not None:
-            self._on_allocation_entry(key, entry)
-            return
+        self._on_allocation_entry(key, entry)
+
+    def _on_tombstone(self, key: str, revision: int) -> None:
+        """A delete marker at ``revision``: drop the entry only if it is older. A newer entry (the
+        pod decided again after the delete this marks) and a reservation (revision 0: a decision
+        of this replica not stored yet) stay; so does the entry of a delete this replica is
+        writing (its echo can come first), and the echo of one it wrote has nothing left to drop."""
+        self._ledger_seen = max(self._ledger_seen, revision)
         uid = PodUID(key)
-        if self._own_tombstones.get(uid):
-            # The echo of a delete this process already applied; the entry may be a newer one.
-            self._forget_tombstone(uid)
+        held = self.ledger.revision(uid)
+        if held is None or held == 0 or held > revision or uid in self._deleting:
             return
-        removed = self.ledger.delete(uid)
+        removed = self.ledger.delete(uid, revision)
         if removed is not None:
             self._changed(removed.node)
-
-    def _forget_tombstone(self, uid: PodUID) -> None:
-        left = self._own_tombstones.get(uid, 0) - 1
-        if left > 0:
-            self._own_tombstones[uid] = left
-        else:
-            self._own_tombstones.pop(uid, None)
 
     def _changed(self, node: NodeName) -> None:
         if self._on_change is not None:
@@ -282,6 +315,7 @@ class State:
         does not deliver the bump within ``within_s`` (the caller steps down and campaigns again).
         """
         self.end_term()
+        await self.follow_ledger()  # the bump is awaited on the watch (resumed if a term paused it)
         kv = self._kv()
         while True:
             held = await kv.get(TERM_KEY)
@@ -380,10 +414,16 @@ class State:
         return None
 
     async def adopt(self, allocation: Allocation) -> bool:
-        """Create an entry only if the pod has none in KV (migration from HAMi, missed writes)."""
+        """Create an entry only if the pod has none in KV (migration from HAMi, missed writes).
+
+        One it has is read into the ledger: a leader does not follow the bucket, and the entry may
+        be a deposed leader's adoption of the same pod."""
         try:
             revision = await self._kv().create(allocation.pod_uid, encode_allocation(allocation))
         except CasConflict:
+            entry = await self._kv().get(allocation.pod_uid)
+            if entry is not None:
+                self._on_allocation_entry(allocation.pod_uid, entry)
             return False
         self.ledger.apply(allocation, revision)
         self._changed(allocation.node)
@@ -393,12 +433,11 @@ class State:
         """Drop the entry here and in KV and publish ``allocation.released``; None if there was none."""
         # The capacity is freed only once KV has the delete, and the release is emitted in the
         # same step: a decision that reuses the capacity is queued, and stored, after it.
-        self._own_tombstones[uid] = self._own_tombstones.get(uid, 0) + 1
+        self._deleting.add(uid)
         try:
             await self._kv().delete(uid)
-        except BusUnavailable:
-            self._forget_tombstone(uid)
-            raise
+        finally:
+            self._deleting.discard(uid)
         held = self.ledger.delete(uid)
         if held is None:
             return None

@@ -4,12 +4,15 @@ Cases: a replica with no term decides nothing; of two replicas that both believe
 whose term is older has its decision refused by JetStream (nothing stored, no event sent) while the
 newer one's is stored; a decision fenced on a term that has moved on, arriving late, is refused; a
 new term's ledger holds every decision stored before the bump before ``begin_term`` returns; the
-term key is not a ledger entry for any reader (nothing counted as bad input).
+term key is not a ledger entry for any reader (nothing counted as bad input). A leader in its term
+follows its own writes only (no echo reaches it) and catches up on what others wrote meanwhile
+when its term ends or it begins another; an adoption that finds an entry reads it in.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 from asyncwait import wait_until
@@ -128,3 +131,68 @@ async def test_the_term_key_is_no_ledger_entry_for_any_reader(
                             keep=is_entry_key)
     assert list(read.values) == ["p"] and skipped == []
     assert not is_entry_key(TERM_KEY) and is_entry_key("p")
+
+
+async def test_a_leader_in_its_term_gets_no_echo_of_its_own_writes(
+        bus: Bus, replicas: tuple[State, State]) -> None:
+    leader, standby = replicas
+    await leader.begin_term("leader", within_s=10.0)
+    await leader.follow_own_writes()
+    heard, standby_heard = leader.ledger_deliveries, standby.ledger_deliveries
+    await leader.decide(allocation("p"))
+    await leader.set_state(PodUID("p"), AllocationState.APPLIED)
+    await leader.decide(allocation("q"))
+    await leader.release(PodUID("p"), "finished")
+    # the standby follows every write (three for p, one for q); the leader applied them itself
+    await wait_until(lambda: standby.ledger_deliveries == standby_heard + 4, what="the standby's four")
+    assert leader.ledger_deliveries == heard
+    assert {a.pod_uid for a in leader.ledger.entries()} == {"q"}
+    assert {a.pod_uid for a in standby.ledger.entries()} == {"q"}
+
+
+async def test_what_a_deposed_leader_writes_late_reaches_the_leader_once_its_term_ends(
+        bus: Bus, replicas: tuple[State, State]) -> None:
+    """The writes a leader in its term does not see (a deposed leader's late release) are replayed
+    when it follows the bucket again; its own writes replayed with them change nothing, and a pod
+    decided again after its delete keeps its newest entry."""
+    leader, _ = replicas
+    await leader.begin_term("leader", within_s=10.0)
+    await leader.follow_own_writes()
+    await leader.decide(allocation("gone-elsewhere"))
+    await leader.decide(allocation("again"))
+    await leader.release(PodUID("again"), "bind failed")
+    await leader.decide(allocation("again"))  # decided again after its delete: a newer revision
+    newest = leader.ledger.revision(PodUID("again"))
+    kv = await bus.kv(ALLOCATIONS)
+    await kv.delete("gone-elsewhere")  # a deposed leader's late release (unfenced: it frees only)
+    assert leader.ledger.entry(PodUID("gone-elsewhere")) is not None  # more than KV holds: safe
+    leader.end_term()
+    await leader.follow_ledger()
+    await wait_until(lambda: leader.ledger.entry(PodUID("gone-elsewhere")) is None, what="the late release")
+    assert leader.ledger.revision(PodUID("again")) == newest
+    assert {a.pod_uid for a in leader.ledger.entries()} == {"again"}
+
+
+async def test_a_leader_deposed_unawares_holds_its_successors_decisions_when_it_leads_again(
+        bus: Bus, replicas: tuple[State, State]) -> None:
+    first, second = replicas
+    await first.begin_term("first", within_s=10.0)
+    await first.follow_own_writes()
+    await second.begin_term("second", within_s=10.0)
+    await second.follow_own_writes()
+    await second.decide(allocation("of-second"))
+    await first.begin_term("first", within_s=10.0)  # follows the bucket again, from where it stopped
+    held = first.ledger.entry(PodUID("of-second"))
+    assert held is not None and held.state is AllocationState.DECIDED
+
+
+async def test_an_adoption_that_finds_an_entry_reads_it_into_the_leaders_ledger(
+        bus: Bus, replicas: tuple[State, State]) -> None:
+    leader, _ = replicas
+    await leader.begin_term("leader", within_s=10.0)
+    await leader.follow_own_writes()
+    theirs = replace(allocation("adopted"), state=AllocationState.APPLIED)
+    await (await bus.kv(ALLOCATIONS)).put("adopted", encode_allocation(theirs))  # a deposed leader's
+    assert not await leader.adopt(replace(theirs, node=NodeName("node-u")))
+    held = leader.ledger.entry(PodUID("adopted"))
+    assert held is not None and held.node == "node-t"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.bus.buckets import ALLOCATIONS, INVENTORY, LOCKS, STREAM
+from shared.bus.buckets import ALLOCATIONS, INVENTORY, STREAM
 from shared.bus.scope import node_inbox_prefix
 from shared.events import NO_NODE, node_token
 
@@ -48,7 +48,7 @@ def node_permissions(node: str) -> Permissions:
         f"gpubus.allocation.released.{t}",
     )
     kv_writes = (f"$KV.{INVENTORY}.{node}",)
-    streams = (STREAM, f"KV_{INVENTORY}", f"KV_{LOCKS}", f"KV_{ALLOCATIONS}")
+    streams = (STREAM, f"KV_{INVENTORY}", f"KV_{ALLOCATIONS}")  # nothing in locks: not even its info
     info = tuple(f"{API}.STREAM.INFO.{s}" for s in streams)
     reads = (
         f"{API}.CONSUMER.CREATE.{STREAM}.*.gpubus.*.*.{t}",

@@ -176,7 +176,7 @@ class State:
         for w in self._watches:
             await w.stop()
         self._watches.clear()
-        await self.follow_own_writes()
+        await self._stop_ledger_watch()
 
     # --- following -------------------------------------------------------------------------
 
@@ -266,6 +266,9 @@ class State:
         """Stop following the bucket: the leader, in its term, is its only writer (every decision is
         fenced on the term), and applies each write it makes itself, so the watch would bring it
         nothing but the echoes of its own writes (three a pod). :meth:`follow_ledger` resumes it."""
+        await self._stop_ledger_watch()
+
+    async def _stop_ledger_watch(self) -> None:
         async with self._follow_lock:
             watch, self._ledger_watch = self._ledger_watch, None
             if watch is not None:
@@ -288,10 +291,9 @@ class State:
         writing (its echo can come first), and the echo of one it wrote has nothing left to drop."""
         self._ledger_seen = max(self._ledger_seen, revision)
         uid = PodUID(key)
-        held = self.ledger.revision(uid)
-        if held is None or held == 0 or held > revision or uid in self._deleting:
+        if uid in self._deleting or self.ledger.revision(uid) == 0:
             return
-        removed = self.ledger.delete(uid, revision)
+        removed = self.ledger.delete(uid, revision)  # None when there is none, or a newer one
         if removed is not None:
             self._changed(removed.node)
 

@@ -38,7 +38,8 @@ from shared.events import AllocationDecided, AllocationReleased, Event, Inventor
 
 __all__ = ["callout"]
 
-FAST = {"request_timeout_s": 0.5}
+#: A refused request is a timeout, which the bus rides out as a failover for ``failover_s``.
+FAST = {"request_timeout_s": 0.5, "failover_s": 1.0}
 
 
 async def _stored(role: Bus, subject: str) -> bool:

@@ -196,3 +196,20 @@ async def test_an_adoption_that_finds_an_entry_reads_it_into_the_leaders_ledger(
     assert not await leader.adopt(replace(theirs, node=NodeName("node-u")))
     held = leader.ledger.entry(PodUID("adopted"))
     assert held is not None and held.node == "node-t"
+
+
+async def test_a_delete_marker_of_a_key_never_held_changes_nothing(
+        bus: Bus, replicas: tuple[State, State]) -> None:
+    """Outside input on the standby's watch: markers of an unknown pod and of a key that is no pod
+    (the fixture checks that nothing was counted as bad input)."""
+    leader, standby = replicas
+    await leader.begin_term("leader", within_s=10.0)
+    await leader.decide(allocation("kept"))
+    kv = await bus.kv(ALLOCATIONS)
+    heard = standby.ledger_deliveries
+    await kv.delete("never-written")
+    await kv.delete("not_a.pod-key")
+    await wait_until(lambda: standby.ledger_deliveries >= heard + 2, what="both markers delivered")
+    assert {a.pod_uid for a in standby.ledger.entries()} == {"kept"}
+    await leader.decide(allocation("after"))  # and the watch goes on
+    await wait_until(lambda: standby.ledger.entry(PodUID("after")) is not None, what="the next entry")

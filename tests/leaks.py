@@ -11,6 +11,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from asyncwait import wait_until
@@ -29,6 +30,25 @@ def sockets() -> set[str]:
     return held
 
 
+def describe(held: set[str]) -> list[str]:
+    """What each ``socket:[inode]`` is, from /proc/net: a unix socket's path (or "unnamed"), or a
+    TCP socket's local and remote address and state (hex, as the kernel lists them)."""
+    inodes = {h[len("socket:["):-1]: h for h in held}
+    found: dict[str, str] = {}
+    for table in ("unix", "tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if table == "unix" and len(fields) >= 7 and fields[6] in inodes:
+                found[fields[6]] = f"unix {fields[7] if len(fields) > 7 else 'unnamed'}"
+            elif table != "unix" and len(fields) >= 10 and fields[9] in inodes:
+                found[fields[9]] = f"{table} {fields[1]} -> {fields[2]} state {fields[3]}"
+    return sorted(f"{inodes[i]} {found.get(i, 'not in /proc/net')}" for i in inodes)
+
+
 #: How long a closed part may take to let go of its socket or task (gRPC's core closes its
 #: listeners on its own threads: seconds on a loaded machine), before it counts as left open.
 LEAK_WAIT_S = 30.0
@@ -43,8 +63,11 @@ async def nothing_left_open() -> AsyncIterator[None]:
     """Wrap a block that must fail: no socket or task it made may outlive it."""
     sockets_before, tasks_before = sockets(), tasks()
     yield
-    await wait_until(lambda: not (sockets() - sockets_before), timeout=LEAK_WAIT_S,
-                     what="the failed start's sockets to close")
+    try:
+        await wait_until(lambda: not (sockets() - sockets_before), timeout=LEAK_WAIT_S,
+                         what="the failed start's sockets to close")
+    except AssertionError as e:  # name them: a socket of another test's client counts here too
+        raise AssertionError(f"{e}: {describe(sockets() - sockets_before)}") from None
     # a drained subscription's reader task ends a loop turn after its drain returns
     await wait_until(lambda: tasks() <= tasks_before, timeout=LEAK_WAIT_S,
                      what=f"the failed start's tasks to end: {tasks() - tasks_before}")

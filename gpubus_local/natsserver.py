@@ -59,6 +59,10 @@ _LOWEST_PORT = 10000
 """Below this, well-known and registered services (databases, dev servers) crowd; not chosen."""
 _MIN_CANDIDATES = 1000
 """Fewer ports than this below the ephemeral range: fall back to one the kernel picks."""
+PORT_SLICE_ENV = "GPUBUS_PORT_SLICE"
+"""``i/n``: choose only from the i-th (0-based) of n equal parts of the candidates, so that n
+processes (a test suite's workers) never pick a port another one chose: a server stopped on
+purpose frees its port, and a neighbour's random pick must not take it before it comes back."""
 
 
 def ephemeral_ports() -> range:
@@ -84,12 +88,30 @@ def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
             return int(s.getsockname()[1])
+    candidates = port_slice(range(_LOWEST_PORT, top), os.environ.get(PORT_SLICE_ENV, ""))
     rng = random.SystemRandom()
     for _ in range(attempts):
-        port = rng.randrange(_LOWEST_PORT, top)
+        port = rng.choice(candidates)
         if port_is_free(port, host):
             return port
-    raise NatsServerError(f"no free port found in {_LOWEST_PORT}-{top - 1} after {attempts} tries")
+    raise NatsServerError(
+        f"no free port found in {candidates.start}-{candidates.stop - 1} after {attempts} tries")
+
+
+def port_slice(ports: range, spec: str) -> range:
+    """The part of ``ports`` that :data:`PORT_SLICE_ENV`'s ``i/n`` names (all of them for "").
+    A spec that cannot be read is an error, not a silent fallback to a range others share."""
+    if not spec:
+        return ports
+    try:
+        index, parts = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise NatsServerError(f"{PORT_SLICE_ENV}={spec!r}: expected i/n, such as 2/4") from None
+    if not 0 <= index < parts or len(ports) // parts < _MIN_CANDIDATES // 10:
+        raise NatsServerError(f"{PORT_SLICE_ENV}={spec!r}: no slice {index} of {parts} "
+                              f"in ports {ports.start}-{ports.stop - 1}")
+    size = len(ports) // parts
+    return range(ports.start + index * size, ports.start + (index + 1) * size)
 
 
 def _greets(host: str, port: int) -> bool:

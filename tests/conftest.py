@@ -27,7 +27,13 @@ import pytest_asyncio
 from bus_settings import bus_settings
 from natsproc import NatsServerProcess
 
+from gpubus_local.natsserver import PORT_SLICE_ENV
 from shared.bus import STREAM, Bus
+
+# Each xdist worker (and every process it starts) picks free ports from a slice of its own: a test
+# that kills a server and revives it on the same port must not find a neighbour's server there.
+if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
+    os.environ[PORT_SLICE_ENV] = f"{_worker[2:]}/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}"
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 from pathlib import Path
 
@@ -51,11 +52,28 @@ def test_free_ports_lie_below_the_range_outgoing_connections_take(monkeypatch: p
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         taken = listener.getsockname()[1]
+        monkeypatch.delenv(natsserver.PORT_SLICE_ENV, raising=False)
         monkeypatch.setattr(natsserver, "_LOWEST_PORT", taken)
         monkeypatch.setattr(natsserver, "_MIN_CANDIDATES", 1)
         monkeypatch.setattr(natsserver, "ephemeral_ports", lambda: range(taken + 1, 65536))
         with pytest.raises(NatsServerError, match=f"no free port found in {taken}-{taken}"):
             natsserver.free_port(attempts=5)
+
+
+def test_processes_given_slices_of_the_ports_never_pick_the_same_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    ports = range(10000, 32768)
+    parts = [natsserver.port_slice(ports, f"{i}/4") for i in range(4)]
+    assert [len(p) for p in parts] == [5692] * 4
+    assert all(a.stop <= b.start for a, b in itertools.pairwise(parts))
+    assert natsserver.port_slice(ports, "") == ports
+    for bad in ("4/4", "-1/4", "1", "a/b", "0/1000"):
+        with pytest.raises(NatsServerError, match=natsserver.PORT_SLICE_ENV):
+            natsserver.port_slice(ports, bad)
+    # the pick honours the slice this process was given
+    monkeypatch.setenv(natsserver.PORT_SLICE_ENV, "3/4")
+    top = natsserver.ephemeral_ports().start
+    mine = natsserver.port_slice(range(10000, top), "3/4")
+    assert all(natsserver.free_port() in mine for _ in range(30))
 
 
 def test_a_host_whose_ephemeral_range_starts_low_gets_a_port_from_the_kernel(

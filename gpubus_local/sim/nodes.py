@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from gpubus_local.sim.control import stop_on_signals, write_ready
+from gpubus_local.sim.descriptors import DescriptorLimitError, ensure_descriptors
 from gpubus_local.sim.event_metrics import RecorderStatsCollector
 from gpubus_local.sim.events import RecorderSettings
 from gpubus_local.sim.kube import SimKubeClient
@@ -261,6 +262,11 @@ class SimCluster:
 async def run_nodes(spec: NodesSpec) -> None:
     """Serve until SIGTERM/SIGINT or until a node dies; a signal while the nodes start stops them too
     (the parent kills a child that ignores SIGTERM, and a killed one leaves its scratch dir behind)."""
+    try:
+        ensure_descriptors(spec.nodes, hosts=spec.part != "agents", agents=spec.part != "hosts",
+                           node_identity=spec.node_identity and spec.part != "hosts")
+    except DescriptorLimitError as e:
+        raise SystemExit(f"cannot start: {e}") from None
     stop = asyncio.Event()
     stop_on_signals(stop)
     name = "sim-nodes" if spec.part == "all" else f"sim-{spec.part}"

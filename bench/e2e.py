@@ -264,14 +264,16 @@ async def measure(args: argparse.Namespace, kubeconfig: Path,  # noqa: PLR0917
         rng = random.Random(7)
         pods = [make_pod(i, rng, args.mix, args.duration) for i in range(args.pods)]
         print(f"load average before the load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        idle_msgs0 = await nats_messages(monitor_port)
+        idle_msgs0, idle_t0 = await nats_messages(monitor_port), time.monotonic()
         idle = await idle_cpu(pids, args.idle_s)
-        print(idle_messages_line(idle_msgs0, await nats_messages(monitor_port), args.idle_s))
+        idle_msgs1, idle_s = await nats_messages(monitor_port), time.monotonic() - idle_t0
+        print(idle_messages_line(idle_msgs0, idle_msgs1, args.idle_s))
         if args.idle_only:
             print(f"idle CPU ms/s ({args.idle_s:.0f}s): "
                   + ", ".join(f"{n} {v * 1000:.1f}" for n, v in sorted(idle.items())))
             return
         cpu0, msgs0 = {n: group_cpu(group) for n, group in pids.items()}, await nats_messages(monitor_port)
+        msgs_t0 = time.monotonic()
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         submitted: dict[str, float] = {}
         errors: list[str] = []
@@ -286,7 +288,8 @@ async def measure(args: argparse.Namespace, kubeconfig: Path,  # noqa: PLR0917
             await asyncio.sleep(0.2)
         wall = max(observer.started.values(), default=time.time()) - wall0
         cpu = {n: group_cpu(group) - cpu0[n] for n, group in pids.items()}
-        messages = messages_line(msgs0, await nats_messages(monitor_port), len(observer.started))
+        messages = messages_line(msgs0, await nats_messages(monitor_port), len(observer.started),
+                                 idle=(idle_msgs0, idle_msgs1, idle_s), window_s=time.monotonic() - msgs_t0)
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu["bench"] = self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime
         report(args, submitted, observer, errors, offered_s, wall, cpu, idle)
@@ -364,15 +367,29 @@ def _summed(counts: dict[str, tuple[int, int]], prefixes: tuple[str, ...]) -> tu
     return sum(v[0] for v in picked), sum(v[1] for v in picked)
 
 
-def messages_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], started: int) -> str:
+def messages_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], started: int,
+                  idle: tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]], float] | None = None,
+                  window_s: float = 0.0) -> str:
     """NATS messages per started pod, sent/received, of each process (a publish awaited for its ack
-    is one sent and one received; acks of consumed messages count as sent)."""
-    parts = []
+    is one sent and one received; acks of consumed messages count as sent). With ``idle`` (the idle
+    window's counts before and after, and its seconds) and the load's ``window_s``, a second line
+    nets out what the cluster sends with no pod in flight over the load's window: at thousands of
+    nodes the inventory heartbeats alone are several messages a pod."""
+    per_pod = max(started, 1)
+    raw, net = [], []
     for label, prefixes in _NATS_CLIENTS.items():
         (sent0, received0), (sent1, received1) = _summed(before, prefixes), _summed(after, prefixes)
-        per_pod = max(started, 1)
-        parts.append(f"{label} {(sent1 - sent0) / per_pod:.1f}/{(received1 - received0) / per_pod:.1f}")
-    return "NATS messages per started pod, sent/received: " + ", ".join(parts)
+        sent, received = sent1 - sent0, received1 - received0
+        raw.append(f"{label} {sent / per_pod:.1f}/{received / per_pod:.1f}")
+        if idle is not None and idle[2] > 0:
+            (isent0, irec0), (isent1, irec1) = _summed(idle[0], prefixes), _summed(idle[1], prefixes)
+            scale = window_s / idle[2]
+            net.append(f"{label} {(sent - (isent1 - isent0) * scale) / per_pod:.1f}/"
+                       f"{(received - (irec1 - irec0) * scale) / per_pod:.1f}")
+    line = "NATS messages per started pod, sent/received: " + ", ".join(raw)
+    if net:
+        line += f"\nNATS messages per started pod net of idle ({window_s:.1f}s of load): " + ", ".join(net)
+    return line
 
 
 def idle_messages_line(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],

@@ -31,6 +31,7 @@ from proto.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from services.node_agent import dra
 from services.node_agent.advertised import Advertised
 from services.node_agent.allocate import AllocateConfig
+from services.node_agent.grpc_bind import bind_unix
 from services.node_agent.metrics import NodeAgentMetrics
 from services.node_agent.settings import NodeAgentSettings
 from shared.errors import clip
@@ -293,9 +294,7 @@ class DraPlugin:
         for socket, add in sockets:
             socket.parent.mkdir(parents=True, exist_ok=True)
             socket.unlink(missing_ok=True)
-            server = grpc.aio.server()
-            add(server)
-            server.add_insecure_port(f"unix:{socket}")
+            server = bind_unix(socket, add, "DRA plugin")
             await server.start()
             self._servers.append(server)
         log.info("DRA plugin serving %s, registering at %s", self.dra_socket, self.registration_socket)

@@ -20,6 +20,7 @@ import grpc
 from proto.deviceplugin.v1beta1 import api_pb2 as pb
 from proto.deviceplugin.v1beta1 import api_pb2_grpc as pb_grpc
 from services.node_agent.errors import PluginSocketError
+from services.node_agent.grpc_bind import bind_unix
 from services.node_agent.metrics import NodeAgentMetrics
 from services.node_agent.plugin import DevicePluginServicer
 from services.node_agent.settings import NodeAgentSettings
@@ -84,18 +85,13 @@ class PluginServer:
             self._socket.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise PluginSocketError(f"cannot prepare the device plugin socket {self._socket}: {e}") from e
-        server = grpc.aio.server()
-        pb_grpc.add_DevicePluginServicer_to_server(self._servicer, server)
-        try:
-            server.add_insecure_port(f"unix:{self._socket}")
-        except RuntimeError as e:  # grpc's only signal that it cannot bind
-            raise PluginSocketError(
-                f"cannot serve the device plugin on {self._socket}: unix socket paths must be "
-                "under 108 bytes and their directory writable"
-            ) from e
+        server = bind_unix(self._socket, self._add_servicer, "device plugin")
         await server.start()
         self._server = server
         self._socket_inode = _inode(self._socket)
+
+    def _add_servicer(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_DevicePluginServicer_to_server(self._servicer, server)
 
     async def _register(self) -> None:
         kubelet = self._kubelet

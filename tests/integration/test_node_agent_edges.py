@@ -129,7 +129,7 @@ async def test_a_plugin_socket_that_cannot_be_bound_fails_start_with_a_clear_err
     r = Rig(bus)
     r.with_settings(plugin_dir=str(r.dir / ("d" * 120)))
     try:
-        with pytest.raises(PluginSocketError, match="unix socket paths must be under 108 bytes"):
+        with pytest.raises(PluginSocketError, match="unix socket paths must be at most 107 bytes"):
             async with r.new_agent():
                 pass
     finally:

@@ -32,8 +32,9 @@ from shared.bus import STREAM, Bus
 
 # Each xdist worker (and every process it starts) picks free ports from a slice of its own: a test
 # that kills a server and revives it on the same port must not find a neighbour's server there.
-if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith("gw"):
-    os.environ[PORT_SLICE_ENV] = f"{_worker[2:]}/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}"
+_worker, _workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+if _worker.startswith("gw") and _workers.isdigit():
+    os.environ[PORT_SLICE_ENV] = f"{_worker[2:]}/{_workers}"
 
 
 @pytest.fixture(scope="session")

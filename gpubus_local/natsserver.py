@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,6 +60,10 @@ _LOWEST_PORT = 10000
 """Below this, well-known and registered services (databases, dev servers) crowd; not chosen."""
 _MIN_CANDIDATES = 1000
 """Fewer ports than this below the ephemeral range: fall back to one the kernel picks."""
+_REMEMBERED = 512
+"""How many of its latest picks :func:`free_port` avoids handing out again."""
+_handed_out: dict[int, None] = {}
+_handed_lock = threading.Lock()
 PORT_SLICE_ENV = "GPUBUS_PORT_SLICE"
 """``i/n``: choose only from the i-th (0-based) of n equal parts of the candidates, so that n
 processes (a test suite's workers) never pick a port another one chose: a server stopped on
@@ -81,6 +86,7 @@ def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
     between choosing it and a child binding it, any client (the simulator alone opens 100 watches)
     may take it as its own end, or a restarted server find it taken. Only where the ephemeral
     range leaves under :data:`_MIN_CANDIDATES` ports below it is ``bind(0)`` used after all.
+    Nor one of this process's latest picks while another is free: those may not be bound yet.
     """
     top = ephemeral_ports().start
     if top - _LOWEST_PORT < _MIN_CANDIDATES:
@@ -90,10 +96,18 @@ def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
             return int(s.getsockname()[1])
     candidates = port_slice(range(_LOWEST_PORT, top), os.environ.get(PORT_SLICE_ENV, ""))
     rng = random.SystemRandom()
-    for _ in range(attempts):
-        port = rng.choice(candidates)
-        if port_is_free(port, host):
-            return port
+    # Picks not yet bound are free too: a port this process handed out lately is taken only if
+    # nothing else is (a stack and its NATS cluster pick their ports apart, then bind them).
+    for avoid_recent in (True, False):
+        for _ in range(attempts):
+            port = rng.choice(candidates)
+            if not (avoid_recent and port in _handed_out) and port_is_free(port, host):
+                with _handed_lock:
+                    _handed_out.pop(port, None)
+                    _handed_out[port] = None
+                    while len(_handed_out) > _REMEMBERED:
+                        del _handed_out[next(iter(_handed_out))]
+                return port
     raise NatsServerError(
         f"no free port found in {candidates.start}-{candidates.stop - 1} after {attempts} tries")
 

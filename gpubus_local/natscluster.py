@@ -32,9 +32,10 @@ class EmbeddedCluster:
             raise NatsServerError(f"a NATS cluster of {size} servers: give 1..{MAX_SERVERS}")
         self.store_dir = Path(store_dir)
         self.host = host
-        clients = [port + i for i in range(size)] if port else _distinct_free_ports(size, host)
-        routes = _distinct_free_ports(size, host, avoid=set(clients))
-        monitors = _distinct_free_ports(size, host, avoid=set(clients) | set(routes))
+        # free_port does not hand out its latest picks again, so these are distinct
+        clients = [port + i for i in range(size)] if port else [free_port(host) for _ in range(size)]
+        routes = [free_port(host, avoid=clients) for _ in range(size)]
+        monitors = [free_port(host, avoid=clients) for _ in range(size)]
         self.monitor_ports = dict(zip(self._names(size), monitors, strict=True))
         self.servers: dict[str, EmbeddedNats] = {}
         for name, client, route, monitor in zip(self._names(size), clients, routes, monitors, strict=True):
@@ -116,16 +117,3 @@ class EmbeddedCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-def _distinct_free_ports(count: int, host: str, avoid: set[int] | None = None) -> list[int]:
-    """``count`` free ports, distinct from each other and from ``avoid`` (free_port's picks are
-    independent)."""
-    chosen: list[int] = []
-    taken = set(avoid or ())
-    while len(chosen) < count:
-        port = free_port(host)
-        if port not in taken:
-            taken.add(port)
-            chosen.append(port)
-    return chosen

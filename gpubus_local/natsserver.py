@@ -18,7 +18,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -79,14 +79,15 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
-def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
+def free_port(host: str = "127.0.0.1", *, attempts: int = 200, avoid: Collection[int] = ()) -> int:
     """A port nothing listens on now, below the ephemeral range.
 
     Not ``bind(0)``: that port comes from the range the kernel gives outgoing connections, and
     between choosing it and a child binding it, any client (the simulator alone opens 100 watches)
     may take it as its own end, or a restarted server find it taken. Only where the ephemeral
     range leaves under :data:`_MIN_CANDIDATES` ports below it is ``bind(0)`` used after all.
-    Nor one of this process's latest picks while another is free: those may not be bound yet.
+    Nor one of this process's latest picks while another is free, nor one in ``avoid`` (ports the
+    caller chose otherwise): those may not be bound yet.
     """
     top = ephemeral_ports().start
     if top - _LOWEST_PORT < _MIN_CANDIDATES:
@@ -101,7 +102,7 @@ def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
     for avoid_recent in (True, False):
         for _ in range(attempts):
             port = rng.choice(candidates)
-            if not (avoid_recent and port in _handed_out) and port_is_free(port, host):
+            if port not in avoid and not (avoid_recent and port in _handed_out) and port_is_free(port, host):
                 with _handed_lock:
                     _handed_out.pop(port, None)
                     _handed_out[port] = None

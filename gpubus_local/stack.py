@@ -134,11 +134,8 @@ class Ports:
 
     @classmethod
     def choose(cls, base: int) -> Ports:
-        if base == 0:
-            chosen: set[int] = set()
-            while len(chosen) < len(_OFFSETS):  # free_port's picks are independent: keep them distinct
-                chosen.add(free_port())
-            return cls(**dict(zip(_OFFSETS, sorted(chosen), strict=True)))
+        if base == 0:  # free_port does not hand out its latest picks again: they are distinct
+            return cls(**{name: free_port() for name in _OFFSETS})
         ports = cls(**{name: base + off for name, off in _OFFSETS.items()})
         busy = [f"{name} {base + off}" for name, off in _OFFSETS.items() if not port_is_free(base + off)]
         if busy:

@@ -77,13 +77,18 @@ def test_processes_given_slices_of_the_ports_never_pick_the_same_one(monkeypatch
     assert all(natsserver.free_port() in mine for _ in range(30))
 
 
+def _own_candidates(count: int) -> range:
+    """The top ``count`` ports of this worker's slice: no other worker picks them."""
+    top = natsserver.ephemeral_ports().start
+    slice_ = natsserver.port_slice(range(10000, top), os.environ.get(natsserver.PORT_SLICE_ENV, ""))
+    return range(slice_.stop - count, slice_.stop)
+
+
 def test_picks_not_yet_bound_are_not_handed_out_again_while_others_are_free(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # a stack and its NATS cluster choose their ports apart and bind them later: CI run M had the
     # API server stand-in and a NATS server of the same stack both given 28902
-    top = natsserver.ephemeral_ports().start
-    slice_ = natsserver.port_slice(range(10000, top), os.environ.get(natsserver.PORT_SLICE_ENV, ""))
-    mine = range(slice_.stop - 20, slice_.stop)  # no other worker picks from this worker's slice
+    mine = _own_candidates(20)
     monkeypatch.setattr(natsserver, "port_slice", lambda ports, spec: mine)
     monkeypatch.setattr(natsserver, "_handed_out", {})
     free = [p for p in mine if natsserver.port_is_free(p)]
@@ -91,6 +96,8 @@ def test_picks_not_yet_bound_are_not_handed_out_again_while_others_are_free(
     assert sorted(picks) == free
     again = natsserver.free_port(attempts=400)  # every candidate handed out: one is given again
     assert again in free
+    # ports the caller chose otherwise are never given, even then
+    assert natsserver.free_port(attempts=400, avoid=free[1:]) == free[0]
 
 
 def test_a_host_whose_ephemeral_range_starts_low_gets_a_port_from_the_kernel(
@@ -107,9 +114,13 @@ def test_a_host_whose_ephemeral_range_starts_low_gets_a_port_from_the_kernel(
     assert natsserver.ephemeral_ports() == range(49152, 65536)
 
 
-def test_stack_ports_chosen_from_independent_picks_are_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
-    picks = iter([20001, 20001, 20002, 20002, 20003, 20001, 20004, 20004, 20005])
-    monkeypatch.setattr(stack, "free_port", lambda: next(picks))
+def test_stack_ports_chosen_apart_are_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
+    # five picks over five free candidates: each stack port gets one of its own
+    monkeypatch.setattr(natsserver, "_handed_out", {})
+    mine = _own_candidates(40)
+    free = [p for p in mine if natsserver.port_is_free(p)][:5]
+    monkeypatch.setattr(natsserver, "port_slice", lambda ports, spec: range(free[0], free[-1] + 1))
+    monkeypatch.setattr(natsserver, "port_is_free", lambda port, host="127.0.0.1": port in free)
     ports = stack.Ports.choose(0)
     chosen = (ports.apiserver, ports.webhook, ports.scheduler, ports.monitor, ports.dashboard)
-    assert sorted(chosen) == [20001, 20002, 20003, 20004, 20005]
+    assert sorted(chosen) == free

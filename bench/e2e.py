@@ -267,7 +267,7 @@ async def measure(args: argparse.Namespace, kubeconfig: Path,  # noqa: PLR0917
         idle_msgs0, idle_t0 = await nats_messages(monitor_port), time.monotonic()
         idle = await idle_cpu(pids, args.idle_s)
         idle_msgs1, idle_s = await nats_messages(monitor_port), time.monotonic() - idle_t0
-        print(idle_messages_line(idle_msgs0, idle_msgs1, args.idle_s))
+        print(idle_messages_line(idle_msgs0, idle_msgs1, idle_s))
         if args.idle_only:
             print(f"idle CPU ms/s ({args.idle_s:.0f}s): "
                   + ", ".join(f"{n} {v * 1000:.1f}" for n, v in sorted(idle.items())))

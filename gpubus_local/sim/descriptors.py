@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import resource
 
+from gpubus_local.sim.errors import SimError
+
 #: Measured per node at 200 nodes: the hosts' process 831 descriptors, the agents' 427.
 HOST_FDS = 4.5
 AGENT_FDS = 2.5
@@ -34,22 +36,22 @@ def descriptors_needed(nodes: int, *, hosts: bool, agents: bool, node_identity: 
 def nodes_that_fit(limit: int, *, hosts: bool, agents: bool, node_identity: bool = False) -> int:
     """How many nodes a process with ``limit`` descriptors can host."""
     per_node = _per_node(hosts=hosts, agents=agents, node_identity=node_identity)
-    return max(0, int((limit - BASE_FDS) / per_node)) if per_node else 0
+    return max(0, int((limit - BASE_FDS) / per_node))
 
 
-class DescriptorLimitError(RuntimeError):
+class DescriptorLimitError(SimError):
     """The hard limit on open files is below what the nodes need."""
 
 
-def ensure_descriptors(nodes: int, *, hosts: bool, agents: bool, node_identity: bool = False) -> int:
-    """Raise the soft RLIMIT_NOFILE to cover the nodes (up to the hard limit); the limit now.
+def ensure_descriptors(nodes: int, *, hosts: bool, agents: bool, node_identity: bool = False) -> None:
+    """Raise the soft RLIMIT_NOFILE to cover the nodes (up to the hard limit).
 
     DescriptorLimitError when even the hard limit is too low: it names both figures and how many
     nodes fit, so the operator can raise the limit (``ulimit -Hn``) or run fewer nodes."""
     needed = descriptors_needed(nodes, hosts=hosts, agents=agents, node_identity=node_identity)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
-        return needed if soft == resource.RLIM_INFINITY else soft
+        return
     if hard != resource.RLIM_INFINITY and hard < needed:
         fit = nodes_that_fit(hard, hosts=hosts, agents=agents, node_identity=node_identity)
         what = "kubelets and node-agents" if hosts and agents else "kubelets" if hosts else "node-agents"
@@ -58,4 +60,3 @@ def ensure_descriptors(nodes: int, *, hosts: bool, agents: bool, node_identity: 
             f"open at most {hard} (RLIMIT_NOFILE's hard limit): {fit} nodes fit. Raise the limit "
             f"(ulimit -Hn, or the container's nofile) or run fewer nodes")
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-    return needed

@@ -264,7 +264,7 @@ async def run_nodes(spec: NodesSpec) -> None:
     (the parent kills a child that ignores SIGTERM, and a killed one leaves its scratch dir behind)."""
     try:
         ensure_descriptors(spec.nodes, hosts=spec.part != "agents", agents=spec.part != "hosts",
-                           node_identity=spec.node_identity and spec.part != "hosts")
+                           node_identity=spec.node_identity)
     except DescriptorLimitError as e:
         raise SystemExit(f"cannot start: {e}") from None
     stop = asyncio.Event()

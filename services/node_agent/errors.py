@@ -14,7 +14,8 @@ class DiscoveryError(GpubusError):
 
 
 class PluginSocketError(GpubusError):
-    """Our device plugin socket cannot be served (directory missing or read-only, path too long)."""
+    """A socket of ours the kubelet dials cannot be served (the device plugin's, or DRA mode's plugin
+    and registration sockets): its directory missing or read-only, its path too long."""
 
 
 class SimSpecError(BadInput):

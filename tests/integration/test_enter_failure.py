@@ -107,6 +107,25 @@ async def test_node_agent_whose_plugin_socket_cannot_be_bound_leaves_nothing_ope
             await start()
 
 
+async def test_dra_node_agent_whose_registration_socket_cannot_be_bound_leaves_nothing_open(
+        tmp_path: Path, nats_url: str) -> None:
+    """DRA mode: the DRA service is already serving when its registration socket (a directory the
+    operator gives) turns out too long; the error says which socket, and both servers are gone."""
+    async with SimApiServer() as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        registry = tmp_path / ("r" * 120)
+        settings = NodeAgentSettings(node_name="node-1", simulate="2xA100-80GB", metrics_port=0,
+                                     mode="dra", kubeconfig=str(kubeconfig), hook_path=str(tmp_path / "hook"),
+                                     dra_plugin_dir=str(tmp_path / "dra"), dra_registry_dir=str(registry),
+                                     cdi_dir=str(tmp_path / "cdi"), plugin_dir=str(tmp_path / "dp"))
+        async with nothing_left_open():
+            with pytest.raises(PluginSocketError, match=f"cannot serve the DRA plugin on {registry}/"):
+                await run_until_stopped(
+                    lambda lifetime: node_agent_app.run(settings, bus_settings(nats_url), lifetime),
+                    signals=False)
+        assert not (tmp_path / "dra" / "dra.sock").exists()  # the one that had started is removed
+
+
 async def test_scheduler_on_a_taken_port_leaves_nothing_open(
         tmp_path: Path, taken_port: int, nats_url: str) -> None:
     """The extender listens last: NATS, Kubernetes, the state's watches, the leases and the owned
